@@ -1,0 +1,53 @@
+"""Shared test plumbing: service requirements that skip locally and fail in CI."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CORPORA = Path(os.environ.get("TOOLOPS_CORPORA", REPO_ROOT.parent / "shared" / "corpora"))
+SERVICES_REQUIRED = os.environ.get("TOOLOPS_REQUIRE_SERVICES") == "1"
+
+
+def require(available: bool, reason: str) -> None:
+    """Skip when a real service is missing; under TOOLOPS_REQUIRE_SERVICES=1 that is an error."""
+    if available:
+        return
+    if SERVICES_REQUIRED:
+        pytest.fail(f"TOOLOPS_REQUIRE_SERVICES=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def require_corpus(name: str) -> Path:
+    path = CORPORA / name
+    require(path.is_dir(), f"corpus {path} is not present (../shared/corpora)")
+    return path
+
+
+def using_postgres() -> bool:
+    from django.conf import settings
+
+    return settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+
+def require_postgres() -> None:
+    require(using_postgres(), "needs PostgreSQL: run with DATABASE_URL=postgres://...")
+
+
+def require_redis() -> str:
+    from django.conf import settings
+
+    url = settings.REDIS_URL
+    ok = False
+    if url:
+        try:
+            import redis
+
+            redis.Redis.from_url(url, socket_connect_timeout=1).ping()
+            ok = True
+        except Exception:  # noqa: BLE001 - any failure means "not available"
+            ok = False
+    require(ok, "needs Redis: set REDIS_URL=redis://127.0.0.1:6379/0")
+    return url
