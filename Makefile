@@ -1,0 +1,36 @@
+# ToolOps — two commands on a fresh machine with Python 3.11+:
+#   make run    set up and run the console + API + a Celery worker on embedded defaults
+#   make test   run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+.PHONY: run test venv migrate demo bench clean
+
+$(STAMP): requirements.txt
+	$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is required") if sys.version_info < (3, 11) else None'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+migrate: venv
+	$(PY) manage.py migrate --noinput
+
+demo: migrate
+	$(PY) manage.py load_demo
+
+run: migrate
+	$(PY) manage.py run_console
+
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(PY) bench/admission.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .hypothesis

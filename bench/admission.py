@@ -1,0 +1,127 @@
+"""Admission throughput vs a bare baseline, and per-proposal memory vs the number of ToolSpecs.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/toolops .venv/bin/python bench/admission.py
+
+Pipeline: ``invocations_app.services.proposal_admit`` (strict parse, schema validation,
+normalization, digest, proposal + invocation + 3 events in one transaction) — HTTP excluded.
+Baseline, same run, same arguments: ``jsonschema`` validation of the parsed arguments plus one
+ORM insert of the same bytes (autocommit). Blocks alternate to spread machine noise; the
+median of the block rates is reported with the ratio pipeline/baseline (target >= 0.5).
+Then: tracemalloc peak of one admission with 10, 100, 1,000 and 10,000 published ToolSpecs
+whose validators are all compiled and cached (target: flat).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import tracemalloc
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+import jsonschema  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.utils import timezone  # noqa: E402
+
+from invocations_app import services  # noqa: E402
+from invocations_app.models import Proposal  # noqa: E402
+from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
+from specs_app.models import Subject, Tenant, ToolSpec  # noqa: E402
+from specs_app.services import toolspec_publish  # noqa: E402
+from toolops.runtime.validation import cached_validator  # noqa: E402
+
+WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
+ARGS = [f'{{"city": "City {i % 97}", "date": "2026-07-{10 + i % 19:02d}"}}'.encode() for i in range(1000)]
+
+
+def setup(tag: str):
+    call_command("migrate", verbosity=0)
+    tenant = Tenant.objects.create(slug=f"bench-{tag}", name="bench")
+    subject = Subject.objects.create(tenant=tenant, name="bench-agent")
+    spec = ToolSpec.objects.create(**{**WEATHER, "name": f"bench{tag}.weather", "version": 1})
+    toolspec_publish(spec=spec)
+    run = services.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US", metadata={}, trace=None)
+    call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    return subject, spec, call
+
+
+def pipeline_block(subject, spec, call, n: int, offset: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        services.proposal_admit(
+            model_call=call, subject=subject, proposal_id=f"p{offset + i}", name=spec.ref, arguments_bytes=ARGS[i % len(ARGS)]
+        )
+    return n / (time.perf_counter() - start)
+
+
+def baseline_block(call, validator, n: int, offset: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        raw = ARGS[i % len(ARGS)]
+        list(validator.iter_errors(json.loads(raw)))
+        Proposal.objects.create(model_call=call, proposal_id=f"b{offset + i}", name="bare", arguments_bytes=raw, span_id="0" * 16)
+    return n / (time.perf_counter() - start)
+
+
+def throughput(n: int, blocks: int) -> None:
+    subject, spec, call = setup(uuid.uuid4().hex[:8])
+    validator = jsonschema.Draft202012Validator(spec.input_schema)
+    pipeline_block(subject, spec, call, 50, 10**7)  # warm: caches, connection
+    baseline_block(call, validator, 50, 10**7)
+    pipe, bare = [], []
+    for b in range(blocks):
+        bare.append(baseline_block(call, validator, n, b * n))
+        pipe.append(pipeline_block(subject, spec, call, n, b * n))
+    p, q = statistics.median(pipe), statistics.median(bare)
+    print(f"database: {connection.vendor}  blocks: {blocks} x {n} proposals")
+    print(f"baseline (jsonschema + 1 ORM insert): {q:8.0f} /s   blocks: {', '.join(f'{x:.0f}' for x in bare)}")
+    print(f"admission pipeline:                  {p:8.0f} /s   blocks: {', '.join(f'{x:.0f}' for x in pipe)}")
+    print(f"ratio pipeline/baseline: {p / q:.2f}  (target >= 0.5)")
+
+
+def memory(sizes: list[int]) -> None:
+    tag = uuid.uuid4().hex[:8]
+    subject, spec, call = setup(tag)
+    created = 0
+    print("ToolSpecs  validators cached  peak bytes per admission")
+    for size in sizes:
+        now = timezone.now()
+        ToolSpec.objects.bulk_create(
+            ToolSpec(**{**WEATHER, "name": f"bench{tag}.t{i}", "version": 1, "status": "published", "published_at": now})
+            for i in range(created, size)
+        )
+        for i in range(created, size):
+            cached_validator((f"bench{tag}.t{i}", 1), WEATHER["input_schema"], dialect=None, format_assertion=False)
+        created = size
+        peaks = []
+        for k in range(5):
+            tracemalloc.start()
+            services.proposal_admit(model_call=call, subject=subject, proposal_id=f"m{size}-{k}", name=spec.ref, arguments_bytes=ARGS[k])
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+        print(f"{size:9d}  {size:17d}  {statistics.median(peaks):10.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", type=int, default=500, help="proposals per block")
+    parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--sizes", default="10,100,1000,10000")
+    args = parser.parse_args()
+    throughput(args.n, args.blocks)
+    memory([int(s) for s in args.sizes.split(",")])
+
+
+if __name__ == "__main__":
+    main()

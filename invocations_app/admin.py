@@ -1,0 +1,136 @@
+"""Console for runs and invocations: read-only records with the raw bytes and the event timeline."""
+from __future__ import annotations
+
+from django.contrib import admin
+from django.utils.html import format_html, format_html_join
+
+from specs_app.admin import pretty_json
+
+from .models import Event, Invocation, ModelCall, Run
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The record is written by services only; the console shows it."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "tenant", "subject", "status", "model_calls_used", "tool_calls_used", "created_at"]
+    list_filter = ["status", "tenant"]
+    search_fields = ["=id", "trace_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["tenant", "subject"]
+
+
+@admin.register(ModelCall)
+class ModelCallAdmin(ReadOnlyAdmin):
+    list_display = ["id", "run", "format", "created_at"]
+    search_fields = ["=id", "=run__id"]
+    readonly_fields = ["visible"]
+
+    @admin.display(description="visible tools (exactly as rendered)")
+    def visible(self, obj):
+        return pretty_json([t.rendered for t in obj.visible_tools.all()])
+
+
+@admin.register(Invocation)
+class InvocationAdmin(ReadOnlyAdmin):
+    list_display = ["id", "tool_display", "state", "tenant", "subject", "error_code", "created_at"]
+    list_filter = ["state", "tool_name", "tenant"]
+    search_fields = ["=id", "digest", "idempotency_key", "trace_id", "proposal__proposal_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["tenant", "subject__tenant"]
+    show_full_result_count = False  # no COUNT(*) over millions of rows on every page load
+    fieldsets = [
+        (None, {"fields": ["id", "state", "tool_display", "tenant", "subject", "run", "model_call", "trace_id", "span_id"]}),
+        ("Proposal (exactly as received)", {"fields": ["proposal_name", "raw_bytes", "raw_hex", "parser_record", "parsed"]}),
+        ("Validation and normalization", {"fields": ["validation_record", "normalization_context_display", "normalization_trace_display", "normalized", "digest", "idempotency_key"]}),
+        ("Outcome", {"fields": ["error_code", "error_message", "error_detail_display"]}),
+        ("Event timeline", {"fields": ["timeline"]}),
+    ]
+    readonly_fields = [
+        "id", "state", "tool_display", "tenant", "subject", "run", "model_call", "trace_id", "span_id",
+        "proposal_name", "raw_bytes", "raw_hex", "parser_record", "parsed", "validation_record",
+        "normalization_context_display", "normalization_trace_display", "normalized", "digest", "idempotency_key",
+        "error_code", "error_message", "error_detail_display", "timeline",
+    ]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("proposal")
+
+    @admin.display(description="tool", ordering="tool_name")
+    def tool_display(self, obj):
+        return obj.tool_ref or format_html("<em>unresolved: {}</em>", obj.proposal.name)
+
+    @admin.display(description="name as proposed")
+    def proposal_name(self, obj):
+        return obj.proposal.name
+
+    @admin.display(description="argument bytes (as text, invalid UTF-8 escaped)")
+    def raw_bytes(self, obj):
+        raw = bytes(obj.proposal.arguments_bytes)
+        return format_html("<pre>{}</pre><small>{} bytes</small>", raw.decode("utf-8", "backslashreplace")[:20000], len(raw))
+
+    @admin.display(description="argument bytes (hex, first 2 KiB)")
+    def raw_hex(self, obj):
+        return format_html("<pre>{}</pre>", bytes(obj.proposal.arguments_bytes)[:2048].hex(" "))
+
+    @admin.display(description="parser")
+    def parser_record(self, obj):
+        return pretty_json(obj.proposal.parser)
+
+    @admin.display(description="parsed value")
+    def parsed(self, obj):
+        return pretty_json(obj.proposal.parsed)
+
+    @admin.display(description="validator record (schema and semantic layers)")
+    def validation_record(self, obj):
+        return pretty_json(obj.validation)
+
+    @admin.display(description="normalization context")
+    def normalization_context_display(self, obj):
+        return pretty_json(obj.normalization_context)
+
+    @admin.display(description="normalizer outputs")
+    def normalization_trace_display(self, obj):
+        return pretty_json(obj.normalization_trace)
+
+    @admin.display(description="normalized arguments")
+    def normalized(self, obj):
+        return pretty_json(obj.normalized_arguments)
+
+    @admin.display(description="error detail")
+    def error_detail_display(self, obj):
+        return pretty_json(obj.error_detail)
+
+    @admin.display(description="events")
+    def timeline(self, obj):
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{} → {}</td><td>{}</td><td><code>{}</code></td><td><pre>{}</pre></td></tr>",
+            (
+                (e.seq, e.at.isoformat(timespec="milliseconds"), e.kind, e.from_state or "∅", e.to_state, e.actor,
+                 e.span_id, pretty_json_text(e.data))
+                for e in Event.objects.filter(invocation=obj).order_by("seq")
+            ),
+        )
+        return format_html(
+            "<table class='toolops-timeline'><thead><tr><th>#</th><th>at</th><th>kind</th><th>edge</th>"
+            "<th>actor</th><th>span</th><th>data</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+
+def pretty_json_text(value) -> str:
+    import json
+
+    return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True)

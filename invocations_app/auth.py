@@ -1,0 +1,71 @@
+"""Bearer-token authentication for agent runtimes: subject and tenant come from the token only."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import authentication, exceptions
+
+from specs_app.models import ApiToken, Subject
+from specs_app.services import token_hash
+
+# Writing last_used_at on every request would turn each read into a write; once a minute is plenty.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class AgentPrincipal:
+    """The authenticated caller of the agent API (``request.user``)."""
+
+    subject: Subject
+    token_id: int
+
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+
+    @property
+    def tenant(self):
+        return self.subject.tenant
+
+    def __str__(self) -> str:
+        return str(self.subject)
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'", code="invalid_token")
+        try:
+            secret = header[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("token is not ASCII", code="invalid_token") from None
+        token = (
+            ApiToken.objects.select_related("subject__tenant")
+            .filter(token_hash=token_hash(secret), revoked_at__isnull=True, subject__is_active=True)
+            .first()
+        )
+        if token is None:
+            raise exceptions.AuthenticationFailed("unknown or revoked token", code="invalid_token")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        return AgentPrincipal(subject=token.subject, token_id=token.pk), token
+
+    def authenticate_header(self, request):
+        return self.keyword
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "invocations_app.auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "An API token issued in the console (shown once)."}

@@ -1,0 +1,131 @@
+"""Human confirmation bound to a digest (SPEC §6): open, approve, deny, expire, approve with edits.
+
+A decision is single-use and race-safe: it is a conditional ``UPDATE … WHERE state = 'pending'
+AND expires_at > now``; of two approvers clicking at once exactly one changes a row, and only
+that one moves the invocation. The approver's request carries the digest they saw; a
+different digest is refused before anything changes.
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from toolops.errors import ApplicationError, Conflict
+from toolops.runtime.states import State
+
+from .models import Confirmation, Invocation
+from .services import event_append, invocation_transition
+
+
+class StaleDigest(Conflict):
+    code = "stale_digest"
+
+
+class AlreadyDecided(Conflict):
+    code = "already_decided"
+
+
+def render_arguments(arguments) -> str:
+    """What the approver reads: one ``field: value`` line per top-level argument."""
+    if not isinstance(arguments, dict):
+        return json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True)
+    lines = []
+    for key in sorted(arguments):
+        value = arguments[key]
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        lines.append(f"{key}: {shown}")
+    return "\n".join(lines)
+
+
+def confirmation_open(*, invocation: Invocation, expires_at: datetime) -> Confirmation:
+    """Open the pending confirmation of an AUTHORIZED invocation (inside the caller's transaction)."""
+    confirmation = Confirmation.objects.create(
+        invocation=invocation, tool_spec_id=invocation.tool_spec_id, tenant_id=invocation.tenant_id,
+        subject_id=invocation.subject_id, run_id=invocation.run_id, digest=invocation.digest,
+        arguments=invocation.normalized_arguments, rendering=render_arguments(invocation.normalized_arguments),
+        expires_at=expires_at,
+    )
+    event_append(
+        invocation=invocation, kind="confirmation_requested",
+        data={"confirmation_id": str(confirmation.pk), "digest": invocation.digest, "expires_at": expires_at.isoformat()},
+    )
+    return confirmation
+
+
+def _claim(confirmation: Confirmation, *, state: str, user, reason: str, now: datetime, replacement=None) -> None:
+    """The single-use step: only one caller turns a pending, unexpired confirmation into ``state``."""
+    changed = Confirmation.objects.filter(pk=confirmation.pk, state=Confirmation.Status.PENDING, expires_at__gt=now).update(
+        state=state, decided_by=user, decided_at=now, reason=reason, replacement=replacement
+    )
+    if changed != 1:
+        confirmation.refresh_from_db()
+        if confirmation.state == Confirmation.Status.PENDING:  # pending but past its expiry
+            confirmation_expire(confirmation=confirmation, now=now)
+            confirmation.refresh_from_db()
+        raise AlreadyDecided(f"confirmation is already {confirmation.state}", extra={"state": confirmation.state})
+    confirmation.state, confirmation.decided_by, confirmation.decided_at, confirmation.reason = state, user, now, reason
+
+
+def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, reason: str = "") -> Invocation:
+    """Approve the digest the approver saw; the invocation moves to PREPARED (writes)."""
+    if digest_seen != confirmation.digest:
+        raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
+    invocation = confirmation.invocation
+    now = timezone.now()
+    with transaction.atomic():
+        _claim(confirmation, state=Confirmation.Status.APPROVED, user=user, reason=reason, now=now)
+        if invocation.digest != digest_seen:  # defence in depth: the invocation itself changed
+            raise StaleDigest("invocation digest differs from the approved one")
+        data = {"confirmation_id": str(confirmation.pk), "digest": digest_seen, "reason": reason}
+        actor = f"user:{user.username}"
+        if invocation.tool_spec.side_effect_class == "read_only":
+            event_append(invocation=invocation, kind="confirmation_approved", data=data, actor=actor)
+        else:
+            invocation_transition(
+                invocation=invocation, src=State.AUTHORIZED, dst=State.PREPARED, kind="confirmation_approved",
+                data=data, actor=actor,
+            )
+    return invocation
+
+
+def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invocation:
+    """Deny: the invocation ends AUTHORIZATION_REJECTED (``confirmation_denied``)."""
+    if not reason.strip():
+        raise ApplicationError("a reason is required to deny", code="reason_required")
+    invocation = confirmation.invocation
+    now = timezone.now()
+    with transaction.atomic():
+        _claim(confirmation, state=Confirmation.Status.DENIED, user=user, reason=reason, now=now)
+        invocation_transition(
+            invocation=invocation, src=State.AUTHORIZED, dst=State.AUTHORIZATION_REJECTED, kind="confirmation_denied",
+            data={"confirmation_id": str(confirmation.pk), "reason": reason}, actor=f"user:{user.username}",
+            fields={"error_code": "confirmation_denied", "error_message": f"a human denied this call: {reason}"},
+        )
+    return invocation
+
+
+def confirmation_expire(*, confirmation: Confirmation, now: datetime | None = None) -> bool:
+    """Expire one pending confirmation past its time; the invocation is CANCELLED_BEFORE_COMMIT."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        changed = Confirmation.objects.filter(
+            pk=confirmation.pk, state=Confirmation.Status.PENDING, expires_at__lte=now
+        ).update(state=Confirmation.Status.EXPIRED, decided_at=now)
+        if changed != 1:
+            return False
+        invocation_transition(
+            invocation=confirmation.invocation, src=State.AUTHORIZED, dst=State.CANCELLED_BEFORE_COMMIT,
+            kind="confirmation_expired", data={"confirmation_id": str(confirmation.pk)},
+            fields={"error_code": "confirmation_expired", "error_message": "nobody confirmed the call in time"},
+        )
+    return True
+
+
+def confirmations_expire_due(*, now: datetime | None = None, batch: int = 500) -> int:
+    """Expire every pending confirmation past its time (beat task and on access)."""
+    now = now or timezone.now()
+    due = Confirmation.objects.filter(state=Confirmation.Status.PENDING, expires_at__lte=now).select_related("invocation")
+    return sum(confirmation_expire(confirmation=c, now=now) for c in due[:batch])

@@ -1,0 +1,55 @@
+"""`make run`: demo data, then the console + API, a Celery worker and beat, in one terminal."""
+from __future__ import annotations
+
+import secrets
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from specs_app.demo import load_demo
+
+
+class Command(BaseCommand):
+    help = "Load the demo data and run the web console/API, a Celery worker and beat until Ctrl-C."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--addr", default="127.0.0.1:8000")
+        parser.add_argument("--no-worker", action="store_true", help="run only the web process")
+
+    def handle(self, *args, addr, no_worker, **options):
+        token_file = settings.VAR_DIR / "demo_token"
+        if not token_file.exists():
+            token_file.write_text("tko_demo_" + secrets.token_urlsafe(24))
+            token_file.chmod(0o600)
+        token = token_file.read_text().strip()
+        info = load_demo(token=token)
+        python = sys.executable
+        procs = [subprocess.Popen([python, "manage.py", "runserver", addr, "--insecure", "--noreload"])]
+        if not no_worker:
+            procs.append(subprocess.Popen(
+                [python, "-m", "celery", "-A", "toolops", "worker", "-B", "--loglevel=INFO", "--concurrency=2"]
+            ))
+        self.stdout.write(self.style.SUCCESS(f"\nToolOps console:  http://{addr}/"))
+        self.stdout.write(f"API docs:         http://{addr}/api/docs/")
+        self.stdout.write(f"admin login:      {info['admin']} / admin (change it: manage.py changepassword admin)")
+        self.stdout.write(f"demo API token:   {token}")
+        self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")
+        self.stdout.write("Ctrl-C stops everything.\n")
+        try:
+            while all(p.poll() is None for p in procs):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGINT)
+            for p in procs:
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()

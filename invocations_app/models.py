@@ -1,0 +1,264 @@
+"""Runs, model calls, proposals, invocations and their append-only event log."""
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from django.conf import settings
+
+from specs_app.models import Grant, Subject, Tenant, ToolSpec
+from toolops.runtime.states import State
+
+STATE_CHOICES = [(s.value, s.value) for s in State]
+
+
+class Run(models.Model):
+    """A bounded agent loop owned by one subject; budgets are enforced by the runtime."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        FINISHED = "finished"
+        EXHAUSTED = "exhausted"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="runs")
+    subject = models.ForeignKey(Subject, on_delete=models.PROTECT, related_name="runs")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    budgets = models.JSONField(default=dict, blank=True)
+    model_calls_used = models.PositiveIntegerField(default=0)
+    tool_calls_used = models.PositiveIntegerField(default=0)
+    result_bytes_used = models.PositiveBigIntegerField(default=0)
+    cost_used = models.DecimalField(max_digits=18, decimal_places=6, default=0)
+    timezone = models.CharField(max_length=64, default="UTC")
+    locale = models.CharField(max_length=35, default="en-US")
+    metadata = models.JSONField(default=dict, blank=True)
+    trace_id = models.CharField(max_length=32)
+    created_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "finished", "exhausted"]), name="invocations_run_status_valid"
+            ),
+        ]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="invocations_run_tenant_recent")]
+
+    def __str__(self) -> str:
+        return f"run {self.id}"
+
+
+class ModelCall(models.Model):
+    """One model request inside a Run: the exact tool versions shown, and the context it carried."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="model_calls")
+    format = models.CharField(max_length=16, default="openai")
+    # Invocation ids whose tool messages were in this model call's context (API.md `context`).
+    context = models.JSONField(default=list, blank=True)
+    span_id = models.CharField(max_length=16)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"model call {self.id}"
+
+
+class ModelCallTool(models.Model):
+    """One tool version visible to a model call, with the definition exactly as rendered."""
+
+    model_call = models.ForeignKey(ModelCall, on_delete=models.CASCADE, related_name="visible_tools")
+    tool_spec = models.ForeignKey(ToolSpec, on_delete=models.PROTECT, related_name="+")
+    model_facing_name = models.CharField(max_length=128)
+    tool_ref = models.CharField(max_length=140)
+    rendered = models.JSONField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            # Proposal lookup: a name is resolved only inside this call's visible set.
+            models.UniqueConstraint(fields=["model_call", "model_facing_name"], name="invocations_mct_unique_mf"),
+            models.UniqueConstraint(fields=["model_call", "tool_ref"], name="invocations_mct_unique_ref"),
+        ]
+
+
+class Proposal(models.Model):
+    """What the model proposed, with the argument bytes exactly as received."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    model_call = models.ForeignKey(ModelCall, on_delete=models.PROTECT, related_name="proposals")
+    proposal_id = models.CharField(max_length=200)  # the model's tool_call id
+    name = models.CharField(max_length=500)  # as the model wrote it
+    arguments_bytes = models.BinaryField()
+    parsed = models.JSONField(null=True, blank=True)
+    parser = models.JSONField(default=dict)  # parser name, version and limits
+    span_id = models.CharField(max_length=16)
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+        constraints = [
+            # The replay/409 rule of API.md: one proposal per (model call, tool_call id).
+            models.UniqueConstraint(fields=["model_call", "proposal_id"], name="invocations_proposal_unique_id"),
+        ]
+
+
+class Invocation(models.Model):
+    """The runtime's binding of a proposal to a tool version, a subject and a digest."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    proposal = models.OneToOneField(Proposal, on_delete=models.PROTECT, related_name="invocation")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="invocations")
+    model_call = models.ForeignKey(ModelCall, on_delete=models.PROTECT, related_name="invocations")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="invocations")
+    subject = models.ForeignKey(Subject, on_delete=models.PROTECT, related_name="invocations")
+    tool_spec = models.ForeignKey(ToolSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="invocations")
+    tool_name = models.CharField(max_length=120, blank=True)
+    tool_version = models.PositiveIntegerField(null=True, blank=True)
+    state = models.CharField(max_length=32, choices=STATE_CHOICES, default=State.PROPOSED)
+    # The last event's seq; bumped by the same UPDATE that moves the state (see services).
+    event_seq = models.PositiveIntegerField(default=0)
+    validation = models.JSONField(default=dict, blank=True)
+    normalized_arguments = models.JSONField(null=True, blank=True)
+    normalization_context = models.JSONField(default=dict, blank=True)
+    normalization_trace = models.JSONField(default=list, blank=True)
+    digest = models.CharField(max_length=64, blank=True)
+    idempotency_key = models.CharField(max_length=255, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    authorization = models.JSONField(default=dict, blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+    error_detail = models.JSONField(default=dict, blank=True)
+    edited_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="edits")
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in State]), name="invocations_invocation_state_valid"
+            ),
+        ]
+        indexes = [
+            # Admin/API lists: a tenant's invocations by state, newest first.
+            models.Index(fields=["tenant", "state", "-created_at"], name="invocations_inv_tenant_state"),
+            # Admin list filtered by state across tenants, and queues (oldest first).
+            models.Index(fields=["state", "created_at"], name="invocations_inv_state_created"),
+            # Filter by tool.
+            models.Index(fields=["tool_name", "tool_version", "-created_at"], name="invocations_inv_tool"),
+            models.Index(fields=["run", "created_at"], name="invocations_inv_run"),
+            models.Index(fields=["-created_at"], name="invocations_inv_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_ref or self.proposal_id_display} [{self.state}]"
+
+    @property
+    def tool_ref(self) -> str:
+        return f"{self.tool_name}@{self.tool_version}" if self.tool_name and self.tool_version else ""
+
+    @property
+    def proposal_id_display(self) -> str:
+        return str(self.id)
+
+
+class Event(models.Model):
+    """Append-only log entry: every transition and decision, with W3C trace/span ids."""
+
+    invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveIntegerField()
+    at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=32, blank=True)
+    to_state = models.CharField(max_length=32, blank=True)
+    kind = models.CharField(max_length=64)
+    data = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(max_length=200, default="system")
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+
+    class Meta:
+        ordering = ["invocation", "seq"]
+        constraints = [
+            # GET /invocations/{id}/events orders by seq; uniqueness catches a lost race.
+            models.UniqueConstraint(fields=["invocation", "seq"], name="invocations_event_unique_seq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.kind} {self.from_state}→{self.to_state}"
+
+
+class Confirmation(models.Model):
+    """A human decision bound to one invocation digest (SPEC §6)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        DENIED = "denied"
+        EXPIRED = "expired"
+        EDITED = "edited", "replaced by an edited invocation"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="confirmations")
+    tool_spec = models.ForeignKey(ToolSpec, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    subject = models.ForeignKey(Subject, on_delete=models.PROTECT, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    digest = models.CharField(max_length=64)
+    arguments = models.JSONField()  # the normalized arguments the digest stands for
+    rendering = models.TextField()  # what the approver reads
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    replacement = models.ForeignKey(Invocation, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            # One open confirmation per invocation.
+            models.UniqueConstraint(
+                fields=["invocation"], condition=Q(state="pending"), name="invocations_confirmation_one_pending"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["pending", "approved", "denied", "expired", "edited"]),
+                name="invocations_confirmation_state_valid",
+            ),
+        ]
+        indexes = [
+            # The queue: pending first, oldest first, per tool / tenant.
+            models.Index(fields=["state", "created_at"], name="invocations_conf_queue"),
+            models.Index(fields=["tool_spec", "state", "created_at"], name="invocations_conf_tool"),
+            models.Index(fields=["state", "expires_at"], name="invocations_conf_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"confirmation {self.digest[:12]} [{self.state}]"
+
+
+class GrantUsage(models.Model):
+    """One counted use of a grant (database backend of the counting limits)."""
+
+    grant = models.ForeignKey(Grant, on_delete=models.CASCADE, related_name="+")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    invocation = models.ForeignKey(Invocation, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    amount = models.BigIntegerField(default=0)
+    at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [
+            # Rate and rolling-amount windows: a grant's uses since T.
+            models.Index(fields=["grant", "at"], name="invocations_usage_window"),
+            # Calls per run.
+            models.Index(fields=["grant", "run"], name="invocations_usage_run"),
+        ]

@@ -1,0 +1,195 @@
+"""Input and output serializers of the agent API (API.md field names, never renamed)."""
+from __future__ import annotations
+
+import base64
+import binascii
+
+from rest_framework import serializers
+
+from toolops.runtime.rendering import FORMATS
+
+from .models import Event, Invocation, Run
+
+
+# --- input ------------------------------------------------------------------------------
+
+class BudgetsIn(serializers.Serializer):
+    model_calls = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    tool_calls = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    wall_seconds = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    result_bytes = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    cost = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, required=False, allow_null=True)
+
+
+class RunIn(serializers.Serializer):
+    budgets = BudgetsIn(required=False)
+    timezone = serializers.CharField(max_length=64, default="UTC")
+    locale = serializers.CharField(max_length=35, default="en-US")
+    metadata = serializers.DictField(required=False, default=dict)
+
+
+class ModelCallIn(serializers.Serializer):
+    tools = serializers.ListField(child=serializers.CharField(max_length=140), required=False, allow_null=True, default=None)
+    format = serializers.ChoiceField(choices=FORMATS, default="openai")
+    context = serializers.ListField(child=serializers.UUIDField(), required=False, default=list)
+
+
+class ProposalIn(serializers.Serializer):
+    """One proposal: ``arguments`` (the model's raw string) or ``arguments_b64`` (any bytes)."""
+
+    proposal_id = serializers.CharField(max_length=200)
+    name = serializers.CharField(max_length=500, trim_whitespace=False)
+    arguments = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    arguments_b64 = serializers.CharField(required=False, allow_blank=True)
+
+    def validate(self, attrs):
+        has_text, has_b64 = "arguments" in attrs, "arguments_b64" in attrs
+        if has_text == has_b64:
+            raise serializers.ValidationError("give exactly one of 'arguments' or 'arguments_b64'")
+        if has_b64:
+            try:
+                attrs["arguments_bytes"] = base64.b64decode(attrs.pop("arguments_b64"), validate=True)
+            except (binascii.Error, ValueError):
+                raise serializers.ValidationError({"arguments_b64": "not valid base64"}) from None
+        else:
+            # 'surrogatepass' keeps a lone surrogate from the JSON body as bytes; the strict
+            # parser then rejects them as invalid UTF-8 instead of the request failing here.
+            attrs["arguments_bytes"] = attrs.pop("arguments").encode("utf-8", "surrogatepass")
+        return attrs
+
+
+class FunctionIn(serializers.Serializer):
+    name = serializers.CharField(max_length=500, trim_whitespace=False)
+    arguments = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+
+class ToolCallIn(serializers.Serializer):
+    id = serializers.CharField(max_length=200)
+    type = serializers.ChoiceField(choices=["function"], default="function")
+    function = FunctionIn()
+
+
+class OpenAIToolCallsIn(serializers.Serializer):
+    tool_calls = ToolCallIn(many=True, allow_empty=False)
+
+    def to_proposals(self) -> list[dict]:
+        return [
+            {
+                "proposal_id": tc["id"],
+                "name": tc["function"]["name"],
+                "arguments_bytes": tc["function"]["arguments"].encode("utf-8", "surrogatepass"),
+            }
+            for tc in self.validated_data["tool_calls"]
+        ]
+
+
+class CancelIn(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+# --- output -----------------------------------------------------------------------------
+
+def run_to_dict(run: Run) -> dict:
+    used = {
+        "model_calls": run.model_calls_used,
+        "tool_calls": run.tool_calls_used,
+        "result_bytes": run.result_bytes_used,
+        "cost": str(run.cost_used),
+    }
+    left = {}
+    for key, limit in (run.budgets or {}).items():
+        if limit is None or key not in used:
+            continue
+        left[key] = str(max(0, float(limit) - float(used[key]))) if key == "cost" else max(0, int(limit) - int(used[key]))
+    return {
+        "id": str(run.pk),
+        "state": run.status,
+        "trace_id": run.trace_id,
+        "budgets": run.budgets,
+        "used": used,
+        "left": left,
+        "timezone": run.timezone,
+        "locale": run.locale,
+        "metadata": run.metadata,
+        "created_at": run.created_at.isoformat(),
+        "ended_at": run.ended_at.isoformat() if run.ended_at else None,
+        "end_reason": run.end_reason or None,
+    }
+
+
+def invocation_to_dict(inv: Invocation) -> dict:
+    proposal = inv.proposal
+    return {
+        "id": str(inv.pk),
+        "state": inv.state,
+        "tool": inv.tool_ref or None,
+        "proposal": {
+            "model_call_id": str(proposal.model_call_id),
+            "proposal_id": proposal.proposal_id,
+            "name": proposal.name,
+            "arguments_bytes_b64": base64.b64encode(bytes(proposal.arguments_bytes)).decode("ascii"),
+            "parsed": proposal.parsed,
+            "parser": proposal.parser,
+            "span_id": proposal.span_id,
+        },
+        "run_id": str(inv.run_id),
+        "normalized_arguments": inv.normalized_arguments,
+        "normalization_context": inv.normalization_context,
+        "normalization_trace": inv.normalization_trace,
+        "validation": inv.validation,
+        "digest": inv.digest or None,
+        "idempotency_key": inv.idempotency_key,
+        "deadline": inv.deadline.isoformat() if inv.deadline else None,
+        "authorization": inv.authorization or None,
+        "confirmation": None,
+        "attempts": [],
+        "result": None,
+        "trace_id": inv.trace_id,
+        "span_id": inv.span_id,
+        "error": {"code": inv.error_code, "message": inv.error_message, "detail": inv.error_detail}
+        if inv.error_code
+        else None,
+        "created_at": inv.created_at.isoformat(),
+        "updated_at": inv.updated_at.isoformat(),
+    }
+
+
+class EventOut(serializers.ModelSerializer):
+    class Meta:
+        model = Event
+        fields = ["seq", "at", "from_state", "to_state", "kind", "data", "actor", "trace_id", "span_id"]
+
+
+class RunOut(serializers.Serializer):
+    """Shape of a run (documentation only; built by ``run_to_dict``)."""
+
+    id = serializers.UUIDField()
+    state = serializers.ChoiceField(choices=Run.Status.choices)
+    trace_id = serializers.CharField()
+    budgets = serializers.DictField()
+    used = serializers.DictField()
+    left = serializers.DictField()
+    timezone = serializers.CharField()
+    locale = serializers.CharField()
+    end_reason = serializers.CharField(allow_null=True)
+
+
+class InvocationOut(serializers.Serializer):
+    """Shape of an invocation (documentation only; built by ``invocation_to_dict``)."""
+
+    id = serializers.UUIDField()
+    state = serializers.CharField()
+    tool = serializers.CharField(allow_null=True, help_text="name@version")
+    proposal = serializers.DictField()
+    normalized_arguments = serializers.JSONField(allow_null=True)
+    normalization_context = serializers.DictField()
+    validation = serializers.DictField()
+    digest = serializers.CharField(allow_null=True)
+    idempotency_key = serializers.CharField()
+    authorization = serializers.DictField(allow_null=True)
+    confirmation = serializers.DictField(allow_null=True)
+    attempts = serializers.ListField()
+    result = serializers.DictField(allow_null=True)
+    trace_id = serializers.CharField()
+    span_id = serializers.CharField()
+    error = serializers.DictField(allow_null=True)

@@ -1,0 +1,36 @@
+"""GET /api/v1/tools: the ToolSpecs a subject may see, rendered for one model ecosystem."""
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from toolops.errors import ApplicationError
+from toolops.runtime.rendering import FORMATS, render_tool
+
+from .selectors import toolspec_renderable, toolspecs_visible_to_subject
+
+
+class ToolListView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=list(FORMATS), description="default: openai")],
+        responses={200: inline_serializer("ToolListOut", {
+            "format": serializers.CharField(),
+            "tools": serializers.ListField(help_text="definitions exactly as that ecosystem expects them"),
+            "name_map": serializers.DictField(help_text="model-facing name → name@version (exact, reversible)"),
+        })},
+        summary="Tool definitions for the calling subject",
+    )
+    def get(self, request):
+        fmt = request.query_params.get("format", "openai")
+        if fmt not in FORMATS:
+            raise ApplicationError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
+        specs = list(toolspecs_visible_to_subject(subject=request.user.subject))
+        tools = [toolspec_renderable(s) for s in specs]
+        return Response({
+            "format": fmt,
+            "tools": [render_tool(t, fmt) for t in tools],
+            "name_map": {t.model_facing_name: t.ref for t in tools},
+        })

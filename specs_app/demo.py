@@ -1,0 +1,148 @@
+"""The demo ToolSpecs of API.md and the demo tenant, subject, token and admin (idempotent)."""
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from .models import ApiToken, Subject, Tenant, ToolSpec
+from .services import api_token_issue, token_hash, toolspec_publish
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+DEMO_TOOLSPECS: list[dict] = [
+    {
+        "name": "weather.get_forecast",
+        "title": "Weather forecast",
+        "description": "Forecast for one city on one day. `date` may be ISO (2026-07-20) or relative (today, tomorrow, next monday, in 3 days).",
+        "side_effect_class": "read_only",
+        "format_assertion": False,
+        "input_schema": {
+            "$schema": DIALECT,
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "minLength": 1, "maxLength": 100},
+                "date": {"type": "string", "format": "date"},
+            },
+            "required": ["city", "date"],
+            "additionalProperties": False,
+        },
+        # Format assertion is off, so the `date` normalizer is the check for `format: date`.
+        "normalizers": [
+            {"pointer": "/city", "normalizer": "identifier", "options": {"trim": True, "collapse_whitespace": True}},
+            {"pointer": "/date", "normalizer": "date"},
+        ],
+        "required_capabilities": [{"capability": "weather.read", "resource_pointer": "/city"}],
+        "timeout_policy": {"attempt_timeout_seconds": 5, "deadline_seconds": 30},
+        "result_policy": {"max_bytes": 4096},
+    },
+    {
+        "name": "calendar.create_event",
+        "title": "Create a calendar event",
+        "description": "Create one event in a calendar. `start` may be RFC 3339 or local ('tomorrow 09:00') in the run's timezone.",
+        "side_effect_class": "write_idempotent",
+        "format_assertion": True,
+        "input_schema": {
+            "$schema": DIALECT,
+            "type": "object",
+            "properties": {
+                "calendar_id": {"type": "string", "minLength": 1, "maxLength": 100},
+                "title": {"type": "string", "minLength": 1, "maxLength": 200},
+                "start": {"type": "string", "minLength": 1, "maxLength": 100},
+                "duration_minutes": {"type": "integer", "minimum": 1, "maximum": 1440},
+            },
+            "required": ["calendar_id", "title", "start", "duration_minutes"],
+            "additionalProperties": False,
+        },
+        "normalizers": [
+            {"pointer": "/calendar_id", "normalizer": "identifier", "options": {"trim": True, "casefold": True}},
+            {"pointer": "/start", "normalizer": "datetime"},
+        ],
+        "required_capabilities": [{"capability": "calendar.write", "resource_pointer": "/calendar_id"}],
+        "confirmation_policy": {"required": True, "expires_seconds": 900},
+        "timeout_policy": {"attempt_timeout_seconds": 5, "deadline_seconds": 600},
+        "retry_policy": {"initial_interval": 1, "backoff_coefficient": 2, "maximum_interval": 30, "maximum_attempts": 5},
+        "result_policy": {"max_bytes": 4096},
+    },
+    {
+        "name": "payments.transfer",
+        "title": "Transfer money",
+        "description": "Send money to an account. `amount` is {amount, currency}; the amount is a decimal string or number.",
+        "side_effect_class": "write_unsafe",
+        "format_assertion": False,
+        "input_schema": {
+            "$schema": DIALECT,
+            "type": "object",
+            "properties": {
+                "to_account": {"type": "string", "pattern": "^[A-Za-z0-9_-]{3,64}$"},
+                "amount": {
+                    "type": "object",
+                    "properties": {
+                        "amount": {"type": ["string", "number"]},
+                        "currency": {"type": "string", "enum": ["USD", "EUR", "GBP", "CNY", "JPY"]},
+                    },
+                    "required": ["amount", "currency"],
+                    "additionalProperties": False,
+                },
+                "memo": {"type": "string", "maxLength": 140},
+            },
+            "required": ["to_account", "amount"],
+            "additionalProperties": False,
+        },
+        "normalizers": [
+            {"pointer": "/to_account", "normalizer": "identifier", "options": {"trim": True}},
+            {"pointer": "/amount", "normalizer": "currency_minor_units", "options": {"currency": "from_value"}},
+        ],
+        "required_capabilities": [{"capability": "payments.transfer", "resource_pointer": "/to_account", "amount_pointer": "/amount/amount_minor"}],
+        "confirmation_policy": {"required": True, "expires_seconds": 900},
+        "timeout_policy": {"attempt_timeout_seconds": 5, "deadline_seconds": 600},
+        "result_policy": {"max_bytes": 4096},
+    },
+    {
+        "name": "web.fetch",
+        "title": "Fetch a web page",
+        "description": "Fetch the text of one web page. The page text is external, untrusted data.",
+        "side_effect_class": "read_only",
+        "format_assertion": True,
+        "input_schema": {
+            "$schema": DIALECT,
+            "type": "object",
+            "properties": {"url": {"type": "string", "format": "uri", "maxLength": 2048}},
+            "required": ["url"],
+            "additionalProperties": False,
+        },
+        "normalizers": [{"pointer": "/url", "normalizer": "trim"}],
+        "required_capabilities": [{"capability": "web.read", "resource_pointer": "/url"}],
+        "timeout_policy": {"attempt_timeout_seconds": 10, "deadline_seconds": 60},
+        "result_policy": {"max_bytes": 2048},
+    },
+]
+
+
+@transaction.atomic
+def load_demo(*, token: str | None = None, admin_password: str | None = None, admin_username: str = "admin") -> dict:
+    """Create (or keep) the demo tenant, agent subject, token, admin user and ToolSpecs.
+
+    Idempotent: running it again changes nothing that exists; a given ``token`` is installed
+    if missing. Returns what a person needs to log in and call the API.
+    """
+    tenant, _ = Tenant.objects.get_or_create(slug="demo", defaults={"name": "Demo tenant"})
+    subject, _ = Subject.objects.get_or_create(tenant=tenant, name="demo-agent")
+    for spec_data in DEMO_TOOLSPECS:
+        spec, created = ToolSpec.objects.get_or_create(name=spec_data["name"], version=1, defaults=spec_data)
+        if spec.status == ToolSpec.Status.DRAFT:
+            toolspec_publish(spec=spec)
+    issued = None
+    if token:
+        if not ApiToken.objects.filter(token_hash=token_hash(token)).exists():
+            api_token_issue(subject=subject, label="demo", secret=token)
+        issued = token
+    elif not subject.tokens.filter(revoked_at__isnull=True).exists():
+        _, issued = api_token_issue(subject=subject, label="demo")
+    User = get_user_model()
+    admin_user = User.objects.filter(username=admin_username).first()
+    if admin_user is None:
+        admin_user = User.objects.create_superuser(admin_username, "admin@example.invalid", admin_password or "admin")
+    elif admin_password:
+        admin_user.set_password(admin_password)
+        admin_user.save(update_fields=["password"])
+    return {"tenant": tenant.slug, "subject": str(subject), "token": issued, "admin": admin_username}

@@ -1,0 +1,260 @@
+"""Who may act and with which tools: tenants, subjects, API tokens and versioned ToolSpecs."""
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from toolops.runtime.rendering import model_facing_name, tool_ref
+
+
+class Tenant(models.Model):
+    """An isolation boundary: nothing of one tenant is visible to another's subjects."""
+
+    slug = models.SlugField(max_length=64, unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Subject(models.Model):
+    """An acting identity (an agent runtime) inside one tenant; API tokens belong to it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="subjects")
+    name = models.CharField(max_length=200)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="specs_subject_unique_name_per_tenant"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}/{self.name}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for one Subject. Only its SHA-256 is stored; the secret is shown once."""
+
+    subject = models.ForeignKey(Subject, on_delete=models.PROTECT, related_name="tokens")
+    label = models.CharField(max_length=200, blank=True)
+    # The public prefix lets an admin recognise a token without the secret.
+    prefix = models.CharField(max_length=16, db_index=True)
+    token_hash = models.CharField(max_length=64, unique=True)  # sha256 hex: the auth lookup
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.subject})"
+
+
+class SideEffectClass(models.TextChoices):
+    READ_ONLY = "read_only", "read only"
+    WRITE_IDEMPOTENT = "write_idempotent", "write, idempotent (accepts a key)"
+    WRITE_UNSAFE = "write_unsafe", "write, no idempotency guarantee"
+
+
+class ExpiredKeyPolicy(models.TextChoices):
+    REJECT = "reject", "reject the reused key"
+    NEW_CALL = "new_call", "treat as a new call"
+
+
+class ToolSpec(models.Model):
+    """One version of a tool. Published versions are immutable (service check + DB trigger)."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        PUBLISHED = "published"
+        RETIRED = "retired"
+
+    name = models.CharField(max_length=120)
+    version = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
+    title = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    input_schema = models.JSONField(default=dict)
+    schema_dialect = models.CharField(max_length=200, default="https://json-schema.org/draft/2020-12/schema")
+    format_assertion = models.BooleanField(default=False)
+    side_effect_class = models.CharField(max_length=20, choices=SideEffectClass.choices)
+    normalizers = models.JSONField(default=list, blank=True, help_text='[{"pointer": "/date", "normalizer": "date", "options": {}}]')
+    required_capabilities = models.JSONField(default=list, blank=True)
+    timeout_policy = models.JSONField(default=dict, blank=True)
+    retry_policy = models.JSONField(default=dict, blank=True)
+    confirmation_policy = models.JSONField(default=dict, blank=True)
+    result_policy = models.JSONField(default=dict, blank=True)
+    executor = models.JSONField(default=dict, blank=True)
+    idempotency_retention_seconds = models.PositiveIntegerField(default=24 * 3600)
+    expired_key_policy = models.CharField(max_length=16, choices=ExpiredKeyPolicy.choices, default=ExpiredKeyPolicy.REJECT)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    published_at = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "-version"]
+        permissions = [
+            ("approve_toolspec", "Can approve confirmations of this tool"),
+            ("resolve_toolspec", "Can resolve unknown outcomes of this tool"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "version"], name="specs_toolspec_unique_version"),
+            models.CheckConstraint(condition=Q(version__gte=1), name="specs_toolspec_version_positive"),
+            models.CheckConstraint(
+                condition=Q(status__in=["draft", "published", "retired"]), name="specs_toolspec_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(side_effect_class__in=["read_only", "write_idempotent", "write_unsafe"]),
+                name="specs_toolspec_side_effect_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="draft") | Q(published_at__isnull=False),
+                name="specs_toolspec_published_has_time",
+            ),
+        ]
+        indexes = [
+            # GET /tools and model-call registration: published versions by name.
+            models.Index(fields=["status", "name", "version"], name="specs_toolspec_status_name"),
+        ]
+
+    def __str__(self) -> str:
+        return self.ref
+
+    @property
+    def ref(self) -> str:
+        return tool_ref(self.name, self.version)
+
+    @property
+    def model_facing_name(self) -> str:  # noqa: D401
+        return model_facing_name(self.name, self.version)
+
+    @property
+    def is_published(self) -> bool:
+        return self.status != self.Status.DRAFT
+
+
+class OperationClass(models.TextChoices):
+    READ = "read"
+    CREATE = "create"
+    MODIFY = "modify"
+    DELETE = "delete"
+
+
+class Capability(models.Model):
+    """A named right with one operation class, e.g. ``calendar.write`` (create)."""
+
+    name = models.CharField(max_length=120, unique=True)
+    operation_class = models.CharField(max_length=10, choices=OperationClass.choices)
+    description = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "capabilities"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(operation_class__in=["read", "create", "modify", "delete"]),
+                name="specs_capability_operation_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.operation_class})"
+
+
+class Grant(models.Model):
+    """A capability given to a subject (or every subject of a tenant), with scope and limits.
+
+    Grants are never deleted: revoking sets ``revoked_at``/``revoked_by``/``revoke_reason`` and
+    every change is a ``GrantChange`` row (who, when, why).
+    """
+
+    class ScopeKind(models.TextChoices):
+        ANY = "any"
+        EXACT = "exact", "exact ids"
+        PATH_PREFIX = "path_prefix", "path prefix"
+        DOMAIN_SUFFIX = "domain_suffix", "domain suffix"
+        GLOB = "glob"
+
+    class Effect(models.TextChoices):
+        ALLOW = "allow"
+        CONFIRM = "confirm", "allow after a human confirms"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    capability = models.ForeignKey(Capability, on_delete=models.PROTECT, related_name="grants")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="grants")
+    subject = models.ForeignKey(
+        Subject, null=True, blank=True, on_delete=models.PROTECT, related_name="grants",
+        help_text="empty: every subject of the tenant",
+    )
+    scope_kind = models.CharField(max_length=16, choices=ScopeKind.choices, default=ScopeKind.EXACT)
+    scope_values = models.JSONField(default=list, blank=True, help_text='e.g. ["primary"] or ["/data/reports"]')
+    limits = models.JSONField(default=dict, blank=True, help_text='e.g. {"max_amount_per_call": 10000, "calls_per_minute": 5}')
+    effect = models.CharField(max_length=10, choices=Effect.choices, default=Effect.ALLOW)
+    tool_refs = models.JSONField(default=list, blank=True, help_text='pinned "name@version" list; empty = the versions current when granted')
+    expires_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(help_text="why this grant exists")
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    revoke_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("manage_grants_tenant", "Can grant capabilities inside a tenant")]
+        indexes = [
+            # Authorization snapshot: live grants of one tenant for the required capabilities.
+            models.Index(
+                fields=["tenant", "capability", "subject"], name="specs_grant_live_lookup",
+                condition=Q(revoked_at__isnull=True),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(scope_kind__in=["any", "exact", "path_prefix", "domain_suffix", "glob"]),
+                name="specs_grant_scope_kind_valid",
+            ),
+            models.CheckConstraint(condition=Q(effect__in=["allow", "confirm"]), name="specs_grant_effect_valid"),
+        ]
+
+    def __str__(self) -> str:
+        who = self.subject.name if self.subject_id else f"all of {self.tenant.slug}"
+        return f"{self.capability.name} → {who} ({self.effect})"
+
+    @property
+    def is_live(self) -> bool:
+        from django.utils import timezone
+
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
+
+
+class GrantChange(models.Model):
+    """Append-only audit of grant changes: granted, revoked, edited — with who, when and why."""
+
+    grant = models.ForeignKey(Grant, on_delete=models.PROTECT, related_name="changes")
+    action = models.CharField(max_length=16)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at"]

@@ -1,0 +1,60 @@
+"""Reads for tool specs and identities."""
+from __future__ import annotations
+
+from django.db.models import Q, QuerySet
+
+from toolops.runtime.admission import ToolView
+from toolops.runtime.authorization import GrantSnapshot, Limits
+from toolops.runtime.rendering import RenderableTool
+
+from .models import Grant, Subject, ToolSpec
+
+
+def toolspecs_visible_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
+    """Published (not retired, not draft) ToolSpec versions the subject may be shown.
+
+    Every published tool is visible for now; capability grants narrow what may *run*.
+    """
+    return ToolSpec.objects.filter(status=ToolSpec.Status.PUBLISHED).order_by("name", "version")
+
+
+def tool_view(spec: ToolSpec) -> ToolView:
+    """The slice of a ToolSpec that the pure admission pipeline needs."""
+    return ToolView(
+        name=spec.name,
+        version=spec.version,
+        input_schema=spec.input_schema,
+        schema_dialect=spec.schema_dialect or None,
+        format_assertion=spec.format_assertion,
+        normalizers=list(spec.normalizers or []),
+    )
+
+
+def toolspec_renderable(spec: ToolSpec) -> RenderableTool:
+    """The model-visible part of a ToolSpec, for rendering in any format."""
+    return RenderableTool(
+        name=spec.name, version=spec.version, description=spec.description, input_schema=spec.input_schema,
+        side_effect_class=spec.side_effect_class, title=spec.title or None,
+    )
+
+
+def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSnapshot]:
+    """Live (unrevoked) grants of ``tenant`` for ``capabilities`` held by ``subject`` or tenant-wide.
+
+    Uses the partial index ``specs_grant_live_lookup``; cost depends on the subject's grants,
+    not on the total number of grants. Expired grants are included so the decision can say so.
+    """
+    rows = (
+        Grant.objects.filter(tenant=tenant, capability__name__in=capabilities, revoked_at__isnull=True)
+        .filter(Q(subject__isnull=True) | Q(subject=subject))
+        .select_related("capability")
+    )
+    return [
+        GrantSnapshot(
+            grant_id=str(g.pk), capability=g.capability.name, operation_class=g.capability.operation_class,
+            tenant=tenant.slug, subject_id=str(g.subject_id) if g.subject_id else None, scope_kind=g.scope_kind,
+            scope_values=tuple(g.scope_values or ()), effect=g.effect, tool_refs=tuple(g.tool_refs or ()),
+            limits=Limits.from_dict(g.limits), expires_at=g.expires_at, revoked_at=None,
+        )
+        for g in rows
+    ]

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from invocations_app import api as inv
+from specs_app import api as specs
+
+urlpatterns = [
+    path("tools", specs.ToolListView.as_view(), name="tools"),
+    path("runs", inv.RunCreateView.as_view(), name="runs"),
+    path("runs/<str:run_id>", inv.RunDetailView.as_view(), name="run-detail"),
+    path("runs/<str:run_id>/finish", inv.RunFinishView.as_view(), name="run-finish"),
+    path("runs/<str:run_id>/model-calls", inv.ModelCallCreateView.as_view(), name="model-calls"),
+    path("model-calls/<str:model_call_id>/proposals", inv.ProposalCreateView.as_view(), name="proposals"),
+    path("invocations/<str:invocation_id>", inv.InvocationDetailView.as_view(), name="invocation-detail"),
+    path("invocations/<str:invocation_id>/events", inv.InvocationEventsView.as_view(), name="invocation-events"),
+    path("invocations/<str:invocation_id>/cancel", inv.InvocationCancelView.as_view(), name="invocation-cancel"),
+]

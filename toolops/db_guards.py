@@ -1,0 +1,102 @@
+"""Database triggers that enforce SPEC invariants wherever the write comes from.
+
+Generated from the same data the Python code uses (the transition table, the immutable
+ToolSpec columns), for PostgreSQL and SQLite. Migrations call ``install``/``uninstall``; a change
+to the table needs a new migration that re-installs the guards.
+"""
+from __future__ import annotations
+
+from toolops.runtime.states import ALL_EDGES
+
+INVOCATION_TABLE = "invocations_app_invocation"
+EVENT_TABLE = "invocations_app_event"
+TOOLSPEC_TABLE = "specs_app_toolspec"
+TOOLSPEC_IMMUTABLE_COLUMNS = (
+    "name", "version", "title", "description", "input_schema", "schema_dialect", "format_assertion",
+    "side_effect_class", "normalizers", "required_capabilities", "timeout_policy", "retry_policy",
+    "confirmation_policy", "result_policy", "executor", "idempotency_retention_seconds", "expired_key_policy",
+    "published_at",
+)
+
+
+def _edge_list() -> str:
+    return ", ".join(f"'{src.value}>{dst.value}'" for src, dst in sorted(ALL_EDGES))
+
+
+def _postgres_sql() -> list[str]:
+    changed = " OR ".join(f"NEW.{c} IS DISTINCT FROM OLD.{c}" for c in TOOLSPEC_IMMUTABLE_COLUMNS)
+    return [
+        f"""
+        CREATE OR REPLACE FUNCTION invocations_invocation_guard_state() RETURNS trigger AS $$
+        BEGIN
+          IF NEW.state IS DISTINCT FROM OLD.state
+             AND (OLD.state || '>' || NEW.state) NOT IN ({_edge_list()}) THEN
+            RAISE EXCEPTION 'invocation state edge % -> % is not allowed (SPEC 2)', OLD.state, NEW.state
+              USING ERRCODE = 'check_violation';
+          END IF;
+          RETURN NEW;
+        END $$ LANGUAGE plpgsql""",
+        f"""CREATE TRIGGER invocations_invocation_guard_state BEFORE UPDATE OF state ON {INVOCATION_TABLE}
+            FOR EACH ROW EXECUTE FUNCTION invocations_invocation_guard_state()""",
+        """
+        CREATE OR REPLACE FUNCTION invocations_event_append_only() RETURNS trigger AS $$
+        BEGIN
+          RAISE EXCEPTION 'events are append-only' USING ERRCODE = 'check_violation';
+        END $$ LANGUAGE plpgsql""",
+        f"""CREATE TRIGGER invocations_event_append_only BEFORE UPDATE OR DELETE ON {EVENT_TABLE}
+            FOR EACH ROW EXECUTE FUNCTION invocations_event_append_only()""",
+        f"""
+        CREATE OR REPLACE FUNCTION specs_toolspec_guard_published() RETURNS trigger AS $$
+        BEGIN
+          IF OLD.status <> 'draft' AND (NEW.status = 'draft' OR {changed}) THEN
+            RAISE EXCEPTION 'tool spec %@% is published and immutable', OLD.name, OLD.version
+              USING ERRCODE = 'check_violation';
+          END IF;
+          RETURN NEW;
+        END $$ LANGUAGE plpgsql""",
+        f"""CREATE TRIGGER specs_toolspec_guard_published BEFORE UPDATE ON {TOOLSPEC_TABLE}
+            FOR EACH ROW EXECUTE FUNCTION specs_toolspec_guard_published()""",
+    ]
+
+
+def _sqlite_sql() -> list[str]:
+    changed = " OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in TOOLSPEC_IMMUTABLE_COLUMNS)
+    # No DELETE guard on SQLite events: Django flushes SQLite test databases with DELETE.
+    return [
+        f"""CREATE TRIGGER invocations_invocation_guard_state BEFORE UPDATE OF state ON {INVOCATION_TABLE}
+            WHEN NEW.state IS NOT OLD.state AND (OLD.state || '>' || NEW.state) NOT IN ({_edge_list()})
+            BEGIN SELECT RAISE(ABORT, 'invocation state edge is not allowed (SPEC 2)'); END""",
+        f"""CREATE TRIGGER invocations_event_append_only BEFORE UPDATE ON {EVENT_TABLE}
+            BEGIN SELECT RAISE(ABORT, 'events are append-only'); END""",
+        f"""CREATE TRIGGER specs_toolspec_guard_published BEFORE UPDATE ON {TOOLSPEC_TABLE}
+            WHEN OLD.status <> 'draft' AND (NEW.status = 'draft' OR {changed})
+            BEGIN SELECT RAISE(ABORT, 'tool spec is published and immutable'); END""",
+    ]
+
+
+_DROP = {
+    "postgresql": [
+        f"DROP TRIGGER IF EXISTS invocations_invocation_guard_state ON {INVOCATION_TABLE}",
+        f"DROP TRIGGER IF EXISTS invocations_event_append_only ON {EVENT_TABLE}",
+        f"DROP TRIGGER IF EXISTS specs_toolspec_guard_published ON {TOOLSPEC_TABLE}",
+    ],
+    "sqlite": [
+        "DROP TRIGGER IF EXISTS invocations_invocation_guard_state",
+        "DROP TRIGGER IF EXISTS invocations_event_append_only",
+        "DROP TRIGGER IF EXISTS specs_toolspec_guard_published",
+    ],
+}
+
+
+def install(apps, schema_editor) -> None:
+    vendor = schema_editor.connection.vendor
+    statements = {"postgresql": _postgres_sql, "sqlite": _sqlite_sql}.get(vendor)
+    if statements is None:
+        raise RuntimeError(f"ToolOps supports PostgreSQL and SQLite, not {vendor}")
+    for sql in _DROP[vendor] + statements():
+        schema_editor.execute(sql, params=None)
+
+
+def uninstall(apps, schema_editor) -> None:
+    for sql in _DROP.get(schema_editor.connection.vendor, []):
+        schema_editor.execute(sql, params=None)

@@ -1,0 +1,138 @@
+"""The admission pipeline of SPEC §3–4 as a pure function: bytes in, a plan of transitions out.
+
+``admit`` never touches a database. It parses, validates, normalizes and digests, and returns
+the ordered state transitions the service must record (PROPOSED → PARSED → VALIDATED, or the
+rejection that stopped it) with everything each layer produced, so the record can answer
+"what did the parser, validator and normalizer say, under which versions and context".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .digest import CanonicalizationError, invocation_digest
+from .normalizers import NormalizationContext, NormalizationRejected, normalize_arguments
+from .parser import DEFAULT_LIMITS, ParseRejected, ParserLimits, parse_strict
+from .states import State
+from .validation import cached_validator
+
+
+@dataclass(frozen=True)
+class ToolView:
+    """What admission needs to know about one published ToolSpec version."""
+
+    name: str
+    version: int
+    input_schema: dict
+    schema_dialect: str | None
+    format_assertion: bool
+    normalizers: list[dict]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+@dataclass(frozen=True)
+class Step:
+    to_state: State
+    kind: str
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class AdmissionPlan:
+    steps: list[Step] = field(default_factory=list)
+    parsed: Any = None
+    validation: dict = field(default_factory=dict)
+    normalized_arguments: Any = None
+    normalization_trace: list = field(default_factory=list)
+    digest: str = ""
+    error: dict | None = None
+
+    @property
+    def final_state(self) -> State:
+        return self.steps[-1].to_state if self.steps else State.PROPOSED
+
+    def reject(self, to_state: State, kind: str, *, code: str, message: str, detail: dict) -> "AdmissionPlan":
+        self.error = {"code": code, "message": message, "detail": detail}
+        self.steps.append(Step(to_state, kind, {"error": self.error}))
+        return self
+
+
+def admit(
+    *,
+    arguments_bytes: bytes,
+    tool: ToolView | None,
+    visible_names: list[str],
+    tenant: str,
+    context: NormalizationContext,
+    limits: ParserLimits = DEFAULT_LIMITS,
+) -> AdmissionPlan:
+    """Run parse → lookup → schema → normalization → digest and return the plan.
+
+    ``tool`` is None when the proposed name is not in the model call's visible set; that is a
+    VALIDATION_REJECTED with ``unknown_tool`` listing ``visible_names`` — and the bytes are still
+    parsed first so the record shows what the model sent.
+    """
+    plan = AdmissionPlan()
+    try:
+        plan.parsed = parse_strict(arguments_bytes, limits)
+    except ParseRejected as exc:
+        return plan.reject(
+            State.PARSE_REJECTED, "parse_rejected", code="parse_rejected", message=exc.message, detail=exc.as_dict()
+        )
+    plan.steps.append(Step(State.PARSED, "parsed", {"type": type(plan.parsed).__name__}))
+
+    if tool is None:
+        return plan.reject(
+            State.VALIDATION_REJECTED,
+            "unknown_tool",
+            code="unknown_tool",
+            message="the proposed tool is not in this model call's visible set",
+            detail={"visible": sorted(visible_names)},
+        )
+    return _validate_and_normalize(plan, tool=tool, tenant=tenant, context=context)
+
+
+def _validate_and_normalize(plan: AdmissionPlan, *, tool: ToolView, tenant: str, context: NormalizationContext) -> AdmissionPlan:
+    validator = cached_validator(
+        (tool.name, tool.version), tool.input_schema, dialect=tool.schema_dialect, format_assertion=tool.format_assertion
+    )
+    issues = validator.validate(plan.parsed)
+    plan.validation = {"schema": {**validator.record(), "valid": not issues, "issues": [i.as_dict() for i in issues]}}
+    if issues:
+        return plan.reject(
+            State.VALIDATION_REJECTED,
+            "validation_rejected",
+            code="validation_rejected",
+            message=f"{len(issues)} schema error(s); first: {issues[0].pointer or '/'}: {issues[0].message}",
+            detail={"layer": "schema", "issues": plan.validation["schema"]["issues"]},
+        )
+
+    semantic = {"normalizers_version": context.to_record().get("normalizers_version"), "rules": tool.normalizers}
+    try:
+        plan.normalized_arguments, plan.normalization_trace = normalize_arguments(plan.parsed, tool.normalizers, context)
+    except NormalizationRejected as exc:
+        plan.validation["semantic"] = {**semantic, "valid": False, "error": exc.as_dict()}
+        return plan.reject(
+            State.VALIDATION_REJECTED,
+            "normalization_rejected",
+            code="normalization_rejected",
+            message=exc.as_dict()["message"],
+            detail={"layer": "semantic", **exc.as_dict()},
+        )
+    plan.validation["semantic"] = {**semantic, "valid": True}
+
+    try:
+        plan.digest = invocation_digest(tenant=tenant, tool_ref=tool.ref, normalized_arguments=plan.normalized_arguments)
+    except CanonicalizationError as exc:
+        return plan.reject(
+            State.VALIDATION_REJECTED,
+            "validation_rejected",
+            code="validation_rejected",
+            message=f"arguments cannot be canonicalized (RFC 8785): {exc}",
+            detail={"layer": "digest"},
+        )
+    plan.steps.append(Step(State.VALIDATED, "validated", {"digest": plan.digest}))
+    return plan
