@@ -37,7 +37,7 @@ from django.utils import timezone  # noqa: E402
 from invocations_app import services  # noqa: E402
 from invocations_app.models import Proposal  # noqa: E402
 from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
-from specs_app.models import Subject, Tenant, ToolSpec  # noqa: E402
+from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
 from specs_app.services import toolspec_publish  # noqa: E402
 from toolops.runtime.validation import cached_validator  # noqa: E402
 
@@ -51,6 +51,9 @@ def setup(tag: str):
     subject = Subject.objects.create(tenant=tenant, name="bench-agent")
     spec = ToolSpec.objects.create(**{**WEATHER, "name": f"bench{tag}.weather", "version": 1})
     toolspec_publish(spec=spec)
+    # A realistic path: the subject holds weather.read, so each proposal ends AUTHORIZED.
+    capability, _ = Capability.objects.get_or_create(name="weather.read", defaults={"operation_class": "read"})
+    Grant.objects.create(capability=capability, tenant=tenant, subject=subject, scope_kind="any", reason="bench")
     run = services.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US", metadata={}, trace=None)
     call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
     return subject, spec, call

@@ -24,7 +24,8 @@ from .models import GrantUsage
 MINUTE = timedelta(minutes=1)
 
 
-def _counting(grant: GrantSnapshot) -> bool:
+def counts_usage(grant: GrantSnapshot) -> bool:
+    """Whether the grant has a limit that needs a shared counter."""
     lim = grant.limits
     return any(v is not None for v in (lim.calls_per_minute, lim.calls_per_run, lim.max_amount_per_window))
 
@@ -39,7 +40,7 @@ class DatabaseCounter:
     name = "database"
 
     def reserve(self, *, grant: GrantSnapshot, run_id, invocation_id, amount: int, now: datetime) -> list[str]:
-        if not _counting(grant):
+        if not counts_usage(grant):
             return []
         lim = grant.limits
         with transaction.atomic():
@@ -100,7 +101,7 @@ class RedisCounter:
         self.prefix = prefix
 
     def reserve(self, *, grant: GrantSnapshot, run_id, invocation_id, amount: int, now: datetime) -> list[str]:
-        if not _counting(grant):
+        if not counts_usage(grant):
             return []
         lim = grant.limits
         base = f"{self.prefix}:{grant.grant_id}"

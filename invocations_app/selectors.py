@@ -33,7 +33,22 @@ def model_call_get(*, subject: Subject, model_call_id) -> ModelCall:
 
 
 def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
-    qs = Invocation.objects.select_related("proposal").filter(subject=subject)
+    """One of the subject's invocations; a confirmation past its expiry is expired on access."""
+    invocation = _invocation_get(subject, invocation_id)
+    if invocation.state == State.AUTHORIZED:
+        from .confirmations import confirmations_expire_due_for
+
+        if confirmations_expire_due_for(invocation=invocation):
+            invocation = _invocation_get(subject, invocation_id)
+    return invocation
+
+
+def _invocation_get(subject: Subject, invocation_id) -> Invocation:
+    qs = (
+        Invocation.objects.select_related("proposal")
+        .prefetch_related("confirmations__decided_by")
+        .filter(subject=subject)
+    )
     return _get(qs, invocation_id, "invocation")
 
 

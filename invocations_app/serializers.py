@@ -140,8 +140,8 @@ def invocation_to_dict(inv: Invocation) -> dict:
         "digest": inv.digest or None,
         "idempotency_key": inv.idempotency_key,
         "deadline": inv.deadline.isoformat() if inv.deadline else None,
-        "authorization": inv.authorization or None,
-        "confirmation": None,
+        "authorization": _authorization(inv.authorization),
+        "confirmation": _confirmation(inv),
         "attempts": [],
         "result": None,
         "trace_id": inv.trace_id,
@@ -151,6 +151,29 @@ def invocation_to_dict(inv: Invocation) -> dict:
         else None,
         "created_at": inv.created_at.isoformat(),
         "updated_at": inv.updated_at.isoformat(),
+    }
+
+
+def _authorization(record: dict) -> dict | None:
+    """The agent-facing part of the decision: never the internal reasons (other grants)."""
+    if not record:
+        return None
+    return {k: record.get(k) for k in ("decision", "capabilities", "reasons", "decided_at")}
+
+
+def _confirmation(inv: Invocation) -> dict | None:
+    latest = max(inv.confirmations.all(), key=lambda c: c.created_at, default=None)
+    if latest is None:
+        return None
+    return {
+        "id": str(latest.pk),
+        "state": latest.state,
+        "digest": latest.digest,
+        "expires_at": latest.expires_at.isoformat(),
+        "decided_by": latest.decided_by.get_username() if latest.decided_by_id else None,
+        "decided_at": latest.decided_at.isoformat() if latest.decided_at else None,
+        "reason": latest.reason or None,
+        "replacement_invocation_id": str(latest.replacement_id) if latest.replacement_id else None,
     }
 
 

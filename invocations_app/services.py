@@ -8,7 +8,10 @@ trigger generated from the same table refuses any other edge, whoever writes.
 """
 from __future__ import annotations
 
+import functools
+import json
 import logging
+import uuid
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -21,14 +24,14 @@ from django.utils import timezone
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view, toolspec_renderable, toolspecs_visible_to_subject
 from toolops.errors import ApplicationError, Conflict, UnknownTool
-from toolops.runtime.admission import admit
+from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.parser import ParserLimits, parser_record
-from toolops.runtime.rendering import FORMATS, parse_tool_ref, render_tool
+from toolops.runtime.rendering import FORMATS, render_tool
 from toolops.runtime.states import State, TransitionNotAllowed, is_allowed
 from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
 
-from .models import Event, Invocation, ModelCall, ModelCallTool, Proposal, Run
+from .models import Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, Run
 
 logger = logging.getLogger(__name__)
 
@@ -205,51 +208,70 @@ def proposal_admit(
     trace: TraceContext | None = None,
     now: datetime | None = None,
 ) -> tuple[Invocation, bool]:
-    """Record a proposal with its raw bytes and carry it through admission.
+    """Record a proposal with its raw bytes and carry it through admission and authorization.
 
     Returns ``(invocation, created)``. Re-posting the same ``(model call, proposal_id)`` with
     the same name and bytes returns the existing invocation (``created=False``); with other
     bytes it is a ``Conflict`` (``proposal_conflict``). Rejections are states, not errors.
     """
     run = model_call.run
-    existing = _replayed(model_call, proposal_id, name, arguments_bytes)
-    if existing is not None:
-        return existing, False
     _require_active(run)
-    mct = _lookup_visible(model_call, name)
-    context = NormalizationContext(
-        clock=(now or timezone.now()).astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale
-    )
+    now = now or timezone.now()
+    spec, visible = _lookup_visible(model_call.pk, name)
+    context = NormalizationContext(clock=now.astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale)
     limits = parser_limits()
     plan = admit(
-        arguments_bytes=arguments_bytes,
-        tool=tool_view(mct.tool_spec) if mct else None,
-        visible_names=[t.tool_ref for t in model_call.visible_tools.all()] if mct is None else [],
-        tenant=subject.tenant.slug,
-        context=context,
-        limits=limits,
+        arguments_bytes=arguments_bytes, tool=tool_view(spec) if spec else None, visible_names=visible,
+        tenant=subject.tenant.slug, context=context, limits=limits,
     )
+    invocation_id = uuid.uuid4()
     try:
-        invocation = _record_admission(
+        auth = _authorize_admitted(plan, spec, subject, run, invocation_id, now, model_call, proposal_id, name, arguments_bytes)
+        invocation = record_admission(
             model_call=model_call, run=run, subject=subject, proposal_id=proposal_id, name=name,
-            arguments_bytes=arguments_bytes, mct=mct, plan=plan, context=context, limits=limits,
-            idempotency_key=idempotency_key, trace=trace,
+            arguments_bytes=arguments_bytes, spec=spec, plan=plan, auth=auth, context=context, limits=limits,
+            idempotency_key=idempotency_key, trace=trace, invocation_id=invocation_id,
         )
     except IntegrityError:
-        # A concurrent post of the same proposal won the unique (model_call, proposal_id) race.
+        # The unique (model_call, proposal_id) constraint: a re-post, or a concurrent one that won.
         existing = _replayed(model_call, proposal_id, name, arguments_bytes)
         if existing is None:
             raise
         return existing, False
-    if invocation.state == State.VALIDATED:
-        from .authorization import invocation_authorize  # authorization builds on this module
-
-        invocation_authorize(invocation=invocation)
+    except _Replayed as replay:
+        return replay.invocation, False
     return invocation, True
 
 
+def _authorize_admitted(plan, spec, subject, run, invocation_id, now, model_call, proposal_id, name, arguments_bytes):
+    if plan.final_state != State.VALIDATED:
+        return None
+    from .authorization import authorization_decide  # authorization builds on this module
+
+    return authorization_decide(
+        spec=spec, tenant=subject.tenant, subject=subject, run_id=run.pk, invocation_id=invocation_id,
+        normalized_arguments=plan.normalized_arguments, now=now,
+        # A re-post must not spend a unit of a counting limit: check for it before reserving.
+        before_reserve=lambda: _raise_if_replayed(model_call, proposal_id, name, arguments_bytes),
+    )
+
+
+class _Replayed(Exception):
+    def __init__(self, invocation: Invocation):
+        self.invocation = invocation
+
+
+def _raise_if_replayed(model_call, proposal_id, name, arguments_bytes) -> None:
+    existing = _replayed(model_call, proposal_id, name, arguments_bytes)
+    if existing is not None:
+        raise _Replayed(existing)
+
+
 def _replayed(model_call: ModelCall, proposal_id: str, name: str, arguments_bytes: bytes) -> Invocation | None:
-    prior = Proposal.objects.filter(model_call=model_call, proposal_id=proposal_id).select_related("invocation").first()
+    prior = (
+        Proposal.objects.filter(model_call=model_call, proposal_id=proposal_id)
+        .select_related("invocation").order_by().first()
+    )
     if prior is None:
         return None
     if bytes(prior.arguments_bytes) != arguments_bytes or prior.name != name:
@@ -261,57 +283,114 @@ def _replayed(model_call: ModelCall, proposal_id: str, name: str, arguments_byte
     return prior.invocation
 
 
-def _lookup_visible(model_call: ModelCall, name: str) -> ModelCallTool | None:
-    """Exact lookup in the call's visible set, by model-facing name or ``name@version``."""
-    try:
-        parse_tool_ref(name)
-        field = "tool_ref"
-    except ValueError:
-        field = "model_facing_name"
-    return (
-        ModelCallTool.objects.select_related("tool_spec").filter(model_call=model_call, **{field: name}).first()
-    )
+@functools.lru_cache(maxsize=2048)
+def _visible_set(model_call_id) -> tuple[dict[str, ToolSpec], list[str]]:
+    """A model call's visible set by model-facing name and by ``name@version``.
+
+    Cached per process: a model call's visible set and published ToolSpecs never change, so
+    the cache can only save queries, never change an answer.
+    """
+    by_name: dict[str, ToolSpec] = {}
+    refs = []
+    for row in ModelCallTool.objects.select_related("tool_spec").filter(model_call_id=model_call_id):
+        by_name[row.model_facing_name] = by_name[row.tool_ref] = row.tool_spec
+        refs.append(row.tool_ref)
+    return by_name, sorted(refs)
 
 
-def _record_admission(*, model_call, run, subject, proposal_id, name, arguments_bytes, mct, plan, context, limits, idempotency_key, trace) -> Invocation:
-    spec = mct.tool_spec if mct else None
+def _lookup_visible(model_call_id, name: str) -> tuple[ToolSpec | None, list[str]]:
+    """Exact lookup by model-facing name or ``name@version``; no near-name matching."""
+    by_name, refs = _visible_set(model_call_id)
+    return by_name.get(name), refs
+
+
+def record_admission(
+    *, model_call, run, subject, proposal_id, name, arguments_bytes, spec, plan, auth, context, limits,
+    idempotency_key, trace, invocation_id=None, edited_from: Invocation | None = None,
+) -> Invocation:
+    """Write proposal, invocation and the event chain of its admission in one transaction.
+
+    An invocation is born in the state its admission reached: every step of the chain
+    (PROPOSED → PARSED → VALIDATED → AUTHORIZED …) is checked against the transition table and
+    written as an event with its own seq. Nobody can observe the row before this commits, so
+    this equals applying the transitions one by one, at a third of the round trips. From here
+    on every change goes through ``invocation_transition``.
+    """
     trace_id = trace.trace_id if trace else run.trace_id
+    proposal_span = new_span_id()
+    confirmation_id = uuid.uuid4() if auth and auth.needs_human else None
+    steps = [Step(State.PROPOSED, "proposed", {"name": name, "bytes": len(arguments_bytes), "proposal_span_id": proposal_span})]
+    steps += plan.steps + (
+        auth.steps(confirmation_id=str(confirmation_id) if confirmation_id else None, digest=plan.digest) if auth else []
+    )
+    _check_chain(steps)
+    fields = _admission_fields(plan, auth)
     with transaction.atomic():
         proposal = Proposal.objects.create(
             model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
-            parsed=None, parser=parser_record(limits), span_id=new_span_id(),
+            parsed=plan.parsed, parser=parser_record(limits), span_id=proposal_span,
         )
         invocation = Invocation.objects.create(
-            proposal=proposal, run=run, model_call=model_call, tenant_id=subject.tenant_id, subject=subject,
-            tool_spec=spec, tool_name=spec.name if spec else "", tool_version=spec.version if spec else None,
-            state=State.PROPOSED, event_seq=1, normalization_context=context.to_record(),
-            idempotency_key=idempotency_key or f"{run.pk}:{proposal_id}",
-            trace_id=trace_id, span_id=new_span_id(),
+            id=invocation_id or uuid.uuid4(), proposal=proposal, run=run, model_call=model_call,
+            tenant_id=subject.tenant_id, subject=subject, tool_spec=spec, tool_name=spec.name if spec else "",
+            tool_version=spec.version if spec else None, state=steps[-1].to_state, event_seq=len(steps),
+            normalization_context=context.to_record(), idempotency_key=idempotency_key or f"{run.pk}:{proposal_id}",
+            trace_id=trace_id, span_id=new_span_id(), edited_from=edited_from, **fields,
         )
-        Event.objects.create(
-            invocation=invocation, seq=1, from_state="", to_state=State.PROPOSED, kind="proposed",
-            data={"name": name, "bytes": len(arguments_bytes), "proposal_span_id": proposal.span_id},
-            trace_id=trace_id, span_id=proposal.span_id,
-        )
-        _apply_plan(invocation, proposal, plan)
+        Event.objects.bulk_create(_chain_events(invocation, steps, proposal_span))
+        if confirmation_id:
+            confirmation_row_create(invocation=invocation, expires_at=auth.confirmation_expires_at, confirmation_id=confirmation_id)
     return invocation
 
 
-def _apply_plan(invocation: Invocation, proposal: Proposal, plan) -> None:
-    state = State.PROPOSED
-    for step in plan.steps:
-        fields: dict[str, Any] = {}
-        if step.to_state == State.PARSED:
-            Proposal.objects.filter(pk=proposal.pk).update(parsed=plan.parsed)
-            proposal.parsed = plan.parsed
-        if step.to_state in (State.VALIDATED, State.VALIDATION_REJECTED):
-            fields.update(validation=plan.validation, normalization_trace=plan.normalization_trace)
-        if step.to_state == State.VALIDATED:
-            fields.update(normalized_arguments=plan.normalized_arguments, digest=plan.digest)
-        if plan.error and step is plan.steps[-1]:
-            fields.update(error_code=plan.error["code"], error_message=plan.error["message"], error_detail=plan.error["detail"])
-        invocation_transition(invocation=invocation, src=state, dst=step.to_state, kind=step.kind, data=step.data, fields=fields)
+def _check_chain(steps: list[Step]) -> None:
+    for before, after in zip(steps, steps[1:]):
+        if before.to_state != after.to_state and not is_allowed(before.to_state, after.to_state):
+            raise TransitionNotAllowed(before.to_state, after.to_state)
+
+
+def _admission_fields(plan, auth) -> dict[str, Any]:
+    fields: dict[str, Any] = {"validation": plan.validation, "normalization_trace": plan.normalization_trace}
+    if plan.final_state == State.VALIDATED:
+        fields.update(normalized_arguments=plan.normalized_arguments, digest=plan.digest)
+    if plan.error:
+        fields.update(error_code=plan.error["code"], error_message=plan.error["message"], error_detail=plan.error["detail"])
+    if auth:
+        fields.update(authorization=auth.record, **auth.error_fields())
+    return fields
+
+
+def _chain_events(invocation: Invocation, steps: list[Step], proposal_span: str) -> list[Event]:
+    events, state = [], ""
+    for seq, step in enumerate(steps, start=1):
+        events.append(Event(
+            invocation=invocation, seq=seq, from_state=state, to_state=step.to_state, kind=step.kind, data=step.data,
+            trace_id=invocation.trace_id, span_id=proposal_span if seq == 1 else invocation.span_id,
+        ))
         state = step.to_state
+    return events
+
+
+def render_arguments(arguments) -> str:
+    """What the approver reads: one ``field: value`` line per top-level argument."""
+    if not isinstance(arguments, dict):
+        return json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True)
+    lines = []
+    for key in sorted(arguments):
+        value = arguments[key]
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        lines.append(f"{key}: {shown}")
+    return "\n".join(lines)
+
+
+def confirmation_row_create(*, invocation: Invocation, expires_at, confirmation_id=None) -> Confirmation:
+    """The pending confirmation of an invocation, bound to its digest (caller's transaction)."""
+    return Confirmation.objects.create(
+        id=confirmation_id or uuid.uuid4(), invocation=invocation, tool_spec_id=invocation.tool_spec_id, tenant_id=invocation.tenant_id,
+        subject_id=invocation.subject_id, run_id=invocation.run_id, digest=invocation.digest,
+        arguments=invocation.normalized_arguments, rendering=render_arguments(invocation.normalized_arguments),
+        expires_at=expires_at,
+    )
 
 
 def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -> Invocation:

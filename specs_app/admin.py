@@ -1,15 +1,28 @@
-"""Console for tool specs (draft → publish → new version), tenants, subjects and API tokens."""
+"""Console for tool specs (draft → publish → new version), tenants, subjects, API tokens,
+capabilities and grants (add, revoke with a reason, change expiry; never delete)."""
 from __future__ import annotations
 
 import json
 
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.html import format_html
 
-from .models import ApiToken, Subject, Tenant, ToolSpec
-from .services import api_token_issue, api_token_revoke, toolspec_new_version, toolspec_publish, toolspec_retire
+from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec
+from .services import (
+    api_token_issue, api_token_revoke, grant_create, grant_revoke, grant_set_expiry, grant_tenants_for_user,
+    grant_validate, toolspec_new_version, toolspec_publish, toolspec_retire,
+)
+
+# The one admin site is the ToolOps console (set here: this module is loaded by autodiscovery).
+admin.site.site_header = "ToolOps console"
+admin.site.site_title = "ToolOps"
+admin.site.index_title = "Console"
 
 
 def pretty_json(value) -> str:
@@ -126,3 +139,251 @@ class ToolSpecAdmin(admin.ModelAdmin):
         for spec in queryset:
             draft = toolspec_new_version(spec=spec, user=request.user)
             self.message_user(request, f"Created draft {draft.ref} from {spec.ref}.")
+
+
+@admin.register(Capability)
+class CapabilityAdmin(admin.ModelAdmin):
+    list_display = ["name", "operation_class", "description", "live_grants"]
+    list_filter = ["operation_class"]
+    search_fields = ["name", "description"]
+
+    def get_readonly_fields(self, request, obj=None):
+        # ToolSpecs refer to the name, grants rely on the operation class: fixed once created.
+        return ["name", "operation_class"] if obj else []
+
+    @admin.display(description="live grants")
+    def live_grants(self, obj):
+        return obj.grants.filter(revoked_at__isnull=True).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+        ).count()
+
+
+# --- grants ------------------------------------------------------------------------------
+
+GRANT_VALUE_FIELDS = ["capability", "tenant", "subject", "scope_kind", "scope_values", "limits", "effect", "tool_refs", "expires_at"]
+
+
+class GrantAddForm(forms.ModelForm):
+    """Every field of a new grant; checked by ``grant_validate`` so errors land on their field."""
+
+    class Meta:
+        model = Grant
+        fields = GRANT_VALUE_FIELDS + ["reason"]
+        help_texts = {
+            "subject": "empty: every subject of the tenant",
+            "scope_values": 'JSON list, e.g. ["primary"]; [] with scope kind "any"',
+            "limits": 'JSON object, e.g. {"calls_per_minute": 5, "max_amount_per_call": 10000}',
+            "tool_refs": 'JSON list of "name@version"; [] pins the published versions that need this capability now',
+            "reason": "required: why this grant exists (kept in the audit log)",
+        }
+
+    def clean_scope_values(self):
+        return [] if self.cleaned_data.get("scope_values") in (None, "") else self.cleaned_data["scope_values"]
+
+    def clean_limits(self):
+        return {} if self.cleaned_data.get("limits") in (None, "") else self.cleaned_data["limits"]
+
+    def clean_tool_refs(self):
+        return [] if self.cleaned_data.get("tool_refs") in (None, "") else self.cleaned_data["tool_refs"]
+
+    def clean_reason(self):
+        reason = (self.cleaned_data.get("reason") or "").strip()
+        if not reason:
+            raise ValidationError("a reason is required")
+        return reason
+
+    def clean(self):
+        data = super().clean()
+        if all(name in data for name in GRANT_VALUE_FIELDS):
+            grant_validate(**{name: data[name] for name in GRANT_VALUE_FIELDS})
+        return data
+
+
+class GrantExpiryForm(forms.ModelForm):
+    """A grant's only editable field is its expiry; changing it needs a reason."""
+
+    change_reason = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 2}), required=False, label="Reason for this change",
+        help_text="required when the expiry changes (kept in the audit log)",
+    )
+
+    class Meta:
+        model = Grant
+        fields = ["expires_at"]
+
+    def clean(self):
+        data = super().clean()
+        if "expires_at" in self.changed_data and not (data.get("change_reason") or "").strip():
+            self.add_error("change_reason", "a reason is required to change the expiry")
+        return data
+
+
+class GrantActionForm(helpers.ActionForm):
+    reason = forms.CharField(
+        required=False, label="Reason:",
+        widget=forms.TextInput(attrs={"placeholder": "required to revoke", "size": 40}),
+    )
+
+
+class GrantStatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return [("live", "live"), ("expired", "expired"), ("revoked", "revoked")]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == "live":
+            return queryset.filter(revoked_at__isnull=True).filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        if self.value() == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        return queryset
+
+
+class GrantChangeInline(admin.TabularInline):
+    """The audit trail of one grant: who did what, when and why."""
+
+    model = GrantChange
+    extra = 0
+    can_delete = False
+    fields = ["at", "action", "actor", "reason", "data_display"]
+    readonly_fields = fields
+    ordering = ["at"]
+    verbose_name_plural = "audit trail"
+
+    @admin.display(description="data")
+    def data_display(self, obj):
+        return pretty_json(obj.data)
+
+    def has_view_permission(self, request, obj=None):
+        return True  # shown only on a grant page, which GrantAdmin has already scoped
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Grant)
+class GrantAdmin(admin.ModelAdmin):
+    """Grants by tenant. Superusers see all; a tenant admin (guardian ``manage_grants_tenant``
+    on a Tenant) sees, adds, revokes and re-dates grants of those tenants only. Model-level
+    grant permissions are not consulted: the tenant is the unit of delegation."""
+
+    list_display = ["capability", "tenant", "subject_display", "scope_display", "effect", "expires_at", "status", "revoked_at", "created_at", "granted_by"]
+    list_filter = [GrantStatusFilter, "effect", "scope_kind", ("capability", admin.RelatedOnlyFieldListFilter), ("tenant", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["capability__name", "subject__name", "tenant__slug", "reason", "revoke_reason"]
+    list_select_related = ["capability", "tenant", "subject__tenant", "granted_by"]
+    date_hierarchy = "created_at"
+    action_form = GrantActionForm
+    actions = ["revoke"]
+    save_as = False
+
+    # --- scoping: which tenants this request's user manages (computed once per request) ---
+    def _tenant_ids(self, request) -> set:
+        if not hasattr(request, "_toolops_grant_tenants"):
+            request._toolops_grant_tenants = set(grant_tenants_for_user(user=request.user).values_list("pk", flat=True))
+        return request._toolops_grant_tenants
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        return qs if request.user.is_superuser else qs.filter(tenant_id__in=self._tenant_ids(request))
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "tenant":
+            kwargs["queryset"] = Tenant.objects.filter(pk__in=self._tenant_ids(request))
+        elif db_field.name == "subject":
+            kwargs["queryset"] = Subject.objects.filter(tenant_id__in=self._tenant_ids(request), is_active=True).select_related("tenant")
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_module_permission(self, request):
+        return request.user.is_superuser or bool(self._tenant_ids(request))
+
+    def has_view_permission(self, request, obj=None):
+        return self.has_module_permission(request) and (obj is None or obj.tenant_id in self._tenant_ids(request))
+
+    def has_add_permission(self, request):
+        return self.has_module_permission(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self.has_view_permission(request, obj) and (obj is None or obj.revoked_at is None)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: the record of who could do what stays
+
+    # --- forms -----------------------------------------------------------------------------
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        kwargs["form"] = GrantExpiryForm if obj else GrantAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_fieldsets(self, request, obj=None):
+        if obj is None:
+            return [
+                (None, {"fields": ["capability", "tenant", "subject", "effect"]}),
+                ("Scope and limits", {"fields": ["scope_kind", "scope_values", "limits", "tool_refs", "expires_at"]}),
+                ("Audit", {"fields": ["reason"]}),
+            ]
+        editable = ["expires_at", "change_reason"] if obj.revoked_at is None else ["expires_at"]
+        return [
+            (None, {"fields": ["capability", "tenant", "subject_display", "effect", "status"]}),
+            ("Scope and limits", {"fields": ["scope_kind", "scope_values", "limits", "tool_refs"]}),
+            ("Expiry", {"fields": editable}),
+            ("Audit", {"fields": ["reason", "granted_by", "created_at", "revoked_at", "revoked_by", "revoke_reason"]}),
+        ]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is None:
+            return []
+        fixed = ["capability", "tenant", "subject_display", "effect", "status", "scope_kind", "scope_values", "limits",
+                 "tool_refs", "reason", "granted_by", "created_at", "revoked_at", "revoked_by", "revoke_reason"]
+        return fixed + (["expires_at"] if obj.revoked_at is not None else [])
+
+    def get_inlines(self, request, obj):
+        return [GrantChangeInline] if obj else []
+
+    def save_model(self, request, obj, form, change):
+        if change:
+            if "expires_at" in form.changed_data:
+                grant_set_expiry(grant=obj, user=request.user, expires_at=form.cleaned_data["expires_at"],
+                                 reason=form.cleaned_data["change_reason"])
+            return
+        data = form.cleaned_data
+        grant = grant_create(user=request.user, reason=data["reason"], **{f: data[f] for f in GRANT_VALUE_FIELDS})
+        # The admin goes on to log and redirect with ``obj``: make it the row the service wrote.
+        obj.pk, obj.tool_refs, obj.limits, obj.granted_by = grant.pk, grant.tool_refs, grant.limits, grant.granted_by
+        obj._state.adding, obj._state.db = False, grant._state.db
+
+    def save_related(self, request, form, formsets, change):
+        pass  # no many-to-many fields; the audit inline is read-only
+
+    # --- display ---------------------------------------------------------------------------
+    @admin.display(description="subject", ordering="subject__name")
+    def subject_display(self, obj):
+        return obj.subject.name if obj.subject_id else format_html("<em>all subjects of {}</em>", obj.tenant.slug)
+
+    @admin.display(description="scope")
+    def scope_display(self, obj):
+        if obj.scope_kind == Grant.ScopeKind.ANY:
+            return "any"
+        return f"{obj.scope_kind}: {', '.join(obj.scope_values or [])}"
+
+    @admin.display(description="status")
+    def status(self, obj):
+        if obj.revoked_at is not None:
+            return "revoked"
+        return "live" if obj.is_live else "expired"
+
+    # --- actions ---------------------------------------------------------------------------
+    @admin.action(description="Revoke selected grants (reason required)")
+    def revoke(self, request, queryset):
+        reason = (request.POST.get("reason") or "").strip()
+        if not reason:
+            self.message_user(request, "Nothing revoked: type a reason next to the action first.", messages.ERROR)
+            return
+        revoked = sum(grant_revoke(grant=g, user=request.user, reason=reason) for g in queryset.select_related("tenant"))
+        skipped = queryset.count() - revoked
+        self.message_user(request, f"Revoked {revoked} grant(s)." + (f" {skipped} already revoked." if skipped else ""))

@@ -19,6 +19,8 @@ class Tenant(models.Model):
 
     class Meta:
         ordering = ["slug"]
+        # Held per tenant (django-guardian object permission) by tenant admins.
+        permissions = [("manage_grants_tenant", "Can grant capabilities inside this tenant")]
 
     def __str__(self) -> str:
         return self.slug
@@ -219,7 +221,6 @@ class Grant(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        permissions = [("manage_grants_tenant", "Can grant capabilities inside a tenant")]
         indexes = [
             # Authorization snapshot: live grants of one tenant for the required capabilities.
             models.Index(

@@ -7,7 +7,11 @@ from toolops.runtime.admission import ToolView
 from toolops.runtime.authorization import GrantSnapshot, Limits
 from toolops.runtime.rendering import RenderableTool
 
-from .models import Grant, Subject, ToolSpec
+from .models import Capability, Grant, Subject, ToolSpec
+
+# Operation classes are fixed when a capability is created (the admin makes them read-only),
+# so a found class can be cached for the life of the process; a missing one is not cached.
+_CAPABILITY_CLASSES: dict[str, str] = {}
 
 
 def toolspecs_visible_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
@@ -58,3 +62,11 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
         )
         for g in rows
     ]
+
+
+def capability_classes(names: list[str]) -> dict[str, str]:
+    """Capability name → operation class for the names that exist."""
+    missing = [n for n in names if n not in _CAPABILITY_CLASSES]
+    if missing:
+        _CAPABILITY_CLASSES.update(Capability.objects.filter(name__in=missing).values_list("name", "operation_class"))
+    return {n: _CAPABILITY_CLASSES[n] for n in names if n in _CAPABILITY_CLASSES}

@@ -4,16 +4,18 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, QuerySet
 from django.utils import timezone
+from guardian.shortcuts import get_objects_for_user
 
+from toolops.runtime.authorization import GRANT_EFFECTS, SCOPE_KINDS, Limits
 from toolops.runtime.normalizers import check_rules
-from toolops.runtime.rendering import RenderableTool, ToolNameError
+from toolops.runtime.rendering import RenderableTool, ToolNameError, parse_tool_ref
 from toolops.runtime.validation import SchemaRefused, check_schema
 
-from .models import ApiToken, Subject, ToolSpec
+from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec
 
 TOKEN_PREFIX = "tko_"
 
@@ -105,3 +107,142 @@ def api_token_issue(*, subject: Subject, label: str = "", user=None, secret: str
 
 def api_token_revoke(*, token: ApiToken) -> None:
     ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+# --- grants -------------------------------------------------------------------------------
+
+def grant_tenants_for_user(*, user) -> QuerySet[Tenant]:
+    """Tenants in which ``user`` may grant and revoke: all for superusers (and holders of the
+    model-wide permission), else those where they hold ``manage_grants_tenant`` (guardian)."""
+    return get_objects_for_user(user, "specs_app.manage_grants_tenant", klass=Tenant)
+
+
+def _require_manage(user, tenant: Tenant) -> None:
+    if user is None or not grant_tenants_for_user(user=user).filter(pk=tenant.pk).exists():
+        raise PermissionDenied(f"you may not manage grants of tenant {tenant.slug}")
+
+
+def _require_reason(reason: str) -> str:
+    if not (reason or "").strip():
+        raise ValidationError("a reason is required", code="reason_required")
+    return reason.strip()
+
+
+def grant_current_tool_refs(*, capability: Capability) -> list[str]:
+    """``name@version`` of the published ToolSpecs whose ``required_capabilities`` name ``capability``.
+
+    Filtered in Python: the JSON list shape is not indexable portably, and there are few specs.
+    """
+    specs = ToolSpec.objects.filter(status=ToolSpec.Status.PUBLISHED).only("name", "version", "required_capabilities")
+    return sorted(
+        spec.ref for spec in specs
+        if any(isinstance(e, dict) and e.get("capability") == capability.name for e in spec.required_capabilities or [])
+    )
+
+
+def grant_validate(*, capability, tenant, subject, scope_kind, scope_values, limits, effect, tool_refs, expires_at) -> None:
+    """Raise ``ValidationError`` keyed by field for grant values the runtime could not use."""
+    errors = {}
+    if expires_at is not None and expires_at <= timezone.now():
+        errors["expires_at"] = "the expiry is in the past"
+    if subject is not None and subject.tenant_id != tenant.pk:
+        errors["subject"] = f"{subject} is not a subject of tenant {tenant.slug}"
+    if scope_kind not in SCOPE_KINDS:
+        errors["scope_kind"] = f"scope kind must be one of {', '.join(SCOPE_KINDS)}"
+    if not isinstance(scope_values, list) or not all(isinstance(v, str) for v in scope_values):
+        errors["scope_values"] = 'a JSON list of strings, e.g. ["primary"]'
+    elif scope_kind != "any" and not scope_values:
+        errors["scope_values"] = f"scope kind {scope_kind!r} needs at least one value (or use 'any')"
+    if not isinstance(limits, dict):
+        errors["limits"] = 'a JSON object, e.g. {"calls_per_minute": 5}'
+    else:
+        try:
+            Limits.from_dict(limits)
+        except (TypeError, ValueError) as exc:
+            errors["limits"] = f"invalid limits: {exc}"
+    if effect not in GRANT_EFFECTS:
+        errors["effect"] = f"effect must be one of {', '.join(GRANT_EFFECTS)}"
+    if not isinstance(tool_refs, list):
+        errors["tool_refs"] = 'a JSON list of "name@version" strings'
+    else:
+        for ref in tool_refs:
+            try:
+                parse_tool_ref(ref)
+            except ToolNameError as exc:
+                errors["tool_refs"] = str(exc)
+    if errors:
+        raise ValidationError(errors)
+
+
+def grant_create(
+    *, user, capability: Capability, tenant: Tenant, subject: Subject | None, scope_kind: str, scope_values: list,
+    limits: dict, effect: str, tool_refs: list, expires_at, reason: str,
+) -> Grant:
+    """Give ``capability`` to ``subject`` (``None``: every subject of ``tenant``); audited as "granted".
+
+    Empty ``tool_refs`` pins the grant to the tool versions published now that need the
+    capability, so a later version does not inherit it silently. Raises ``PermissionDenied``
+    when ``user`` may not manage grants of ``tenant`` and ``ValidationError`` for bad values.
+    """
+    _require_manage(user, tenant)
+    reason = _require_reason(reason)
+    grant_validate(
+        capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values,
+        limits=limits, effect=effect, tool_refs=tool_refs, expires_at=expires_at,
+    )
+    pinned = list(tool_refs) or grant_current_tool_refs(capability=capability)
+    with transaction.atomic():
+        grant = Grant.objects.create(
+            capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values,
+            limits=Limits.from_dict(limits).to_dict(), effect=effect, tool_refs=pinned, expires_at=expires_at,
+            reason=reason, granted_by=user,
+        )
+        GrantChange.objects.create(grant=grant, action="granted", actor=user, reason=reason, data=_grant_record(grant))
+    return grant
+
+
+def grant_revoke(*, grant: Grant, user, reason: str) -> bool:
+    """Revoke a live grant. Returns False when it was already revoked (nothing is written then)."""
+    _require_manage(user, grant.tenant)
+    reason = _require_reason(reason)
+    now = timezone.now()
+    with transaction.atomic():
+        # Conditional: of two admins revoking at once, one writes the row and the audit entry.
+        changed = Grant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(
+            revoked_at=now, revoked_by=user, revoke_reason=reason
+        )
+        if changed != 1:
+            return False
+        GrantChange.objects.create(grant=grant, action="revoked", actor=user, reason=reason, data={"revoked_at": now.isoformat()})
+    grant.revoked_at, grant.revoked_by, grant.revoke_reason = now, user, reason
+    return True
+
+
+def grant_set_expiry(*, grant: Grant, user, expires_at, reason: str) -> Grant:
+    """Change the expiry of an unrevoked grant (the only edit a grant allows); audited as "edited"."""
+    _require_manage(user, grant.tenant)
+    reason = _require_reason(reason)
+    with transaction.atomic():
+        before = Grant.objects.select_for_update().filter(pk=grant.pk).values_list("expires_at", "revoked_at").get()
+        if before[1] is not None:
+            raise ValidationError("a revoked grant cannot be edited")
+        Grant.objects.filter(pk=grant.pk).update(expires_at=expires_at)
+        GrantChange.objects.create(
+            grant=grant, action="edited", actor=user, reason=reason,
+            data={"field": "expires_at", "from": _iso(before[0]), "to": _iso(expires_at)},
+        )
+    grant.expires_at = expires_at
+    return grant
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _grant_record(grant: Grant) -> dict:
+    return {
+        "capability": grant.capability.name, "tenant": grant.tenant.slug,
+        "subject_id": str(grant.subject_id) if grant.subject_id else None, "scope_kind": grant.scope_kind,
+        "scope_values": grant.scope_values, "limits": grant.limits, "effect": grant.effect,
+        "tool_refs": grant.tool_refs, "expires_at": _iso(grant.expires_at),
+    }

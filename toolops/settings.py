@@ -193,3 +193,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+CELERY_BEAT_SCHEDULE = {
+    # Expiry also happens on access (API reads, the queue page); this catches the rest.
+    "expire-confirmations": {"task": "invocations.confirmations_expire_due", "schedule": 30.0},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

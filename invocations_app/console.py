@@ -1,0 +1,166 @@
+"""The confirmation console: queue, detail page, approve/deny, and a live pending count.
+
+Thin views: scope and read through ``selectors_console``, decide through the services in
+``confirmations``. Every view runs inside ``admin.site.admin_view`` (active staff login, CSRF
+protection, never cached); which confirmations a user sees and may decide is django-guardian's
+``approve_toolspec`` on the ToolSpec, checked again on every POST (403, nothing changes).
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from toolops.errors import ApplicationError
+
+from .confirmations import AlreadyDecided, StaleDigest, confirmation_approve, confirmation_deny
+from .models import Confirmation
+from .selectors_console import (
+    confirmation_detail_events, confirmation_get_for_user, confirmation_pending_count, confirmation_queue_list,
+    console_filter_choices,
+)
+
+app_name = "confirmations"
+
+
+def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
+    """``?tool=<ToolSpec id>&tenant=<slug>``; a malformed tool id is ignored, not an error page."""
+    raw_tool = request.GET.get("tool") or ""
+    return (int(raw_tool) if raw_tool.isdigit() else None), (request.GET.get("tenant") or None)
+
+
+def time_left(expires_at: datetime, now: datetime) -> str:
+    """``14 min 05 s`` / ``expired``: the countdown text the page starts from."""
+    seconds = int((expires_at - now).total_seconds())
+    if seconds <= 0:
+        return "expired"
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"
+
+
+def _annotate(confirmations: list[Confirmation], now: datetime) -> list[Confirmation]:
+    for c in confirmations:
+        c.time_left = time_left(c.expires_at, now) if c.state == Confirmation.Status.PENDING else ""
+        c.short_digest = c.digest[:12]
+    return confirmations
+
+
+@require_GET
+def queue_view(request: HttpRequest) -> HttpResponse:
+    tool, tenant = _filters(request)
+    queue = confirmation_queue_list(user=request.user, tool=tool, tenant=tenant)
+    tools, tenants = console_filter_choices(user=request.user)
+    now = timezone.now()
+    count_url = reverse("confirmations:count") + (f"?{request.GET.urlencode()}" if request.GET else "")
+    context = {
+        **admin.site.each_context(request),
+        "title": "Confirmation queue",
+        "pending": _annotate(queue.pending, now),
+        "decided": _annotate(queue.decided, now),
+        "oldest_waiting": queue.pending[0].created_at if queue.pending else None,
+        "next_expiry": min((c.expires_at for c in queue.pending), default=None),
+        "tools": tools, "tenants": tenants, "selected_tool": tool, "selected_tenant": tenant,
+        "count_url": count_url, "filtered": tool is not None or tenant is not None,
+    }
+    return TemplateResponse(request, "admin/confirmations/queue.html", context)
+
+
+@require_GET
+def detail_view(request: HttpRequest, pk) -> HttpResponse:
+    confirmation = confirmation_get_for_user(user=request.user, pk=pk)
+    _annotate([confirmation], timezone.now())
+    events = confirmation_detail_events(confirmation=confirmation)
+    for event in events:
+        event.data_json = _pretty(event.data)
+    context = {
+        **admin.site.each_context(request),
+        "title": f"Confirmation for {confirmation.tool_spec.ref}",
+        "c": confirmation,
+        "arguments_json": _pretty(confirmation.arguments),
+        "events": events,
+        "can_view_invocation": request.user.has_perm("invocations_app.view_invocation"),
+    }
+    return TemplateResponse(request, "admin/confirmations/detail.html", context)
+
+
+def _pretty(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@require_GET
+def count_view(request: HttpRequest) -> JsonResponse:
+    tool, tenant = _filters(request)
+    return JsonResponse({"pending": confirmation_pending_count(user=request.user, tool=tool, tenant=tenant)})
+
+
+@require_POST
+def approve_view(request: HttpRequest, pk) -> HttpResponse:
+    confirmation = confirmation_get_for_user(user=request.user, pk=pk)  # 403 before anything changes
+    try:
+        invocation = confirmation_approve(
+            confirmation=confirmation, user=request.user, digest_seen=request.POST.get("digest_seen", ""),
+            reason=request.POST.get("reason", "").strip(),
+        )
+    except StaleDigest:
+        messages.error(
+            request,
+            f"Not approved: the digest you saw ({request.POST.get('digest_seen', '')[:12] or 'none'}) is not the one "
+            f"awaiting approval ({confirmation.digest[:12]}). Review the arguments below before deciding.",
+        )
+        return redirect("confirmations:detail", pk=confirmation.pk)
+    except ApplicationError as exc:
+        return _refused(request, confirmation, "approved", exc)
+    messages.success(
+        request, f"Approved {confirmation.tool_spec.ref} ({confirmation.digest[:12]}): invocation {invocation.pk} is {invocation.state}."
+    )
+    return redirect(_next_url(request))
+
+
+@require_POST
+def deny_view(request: HttpRequest, pk) -> HttpResponse:
+    confirmation = confirmation_get_for_user(user=request.user, pk=pk)
+    try:
+        invocation = confirmation_deny(confirmation=confirmation, user=request.user, reason=request.POST.get("reason", "").strip())
+    except ApplicationError as exc:
+        return _refused(request, confirmation, "denied", exc)
+    messages.success(
+        request, f"Denied {confirmation.tool_spec.ref} ({confirmation.digest[:12]}): invocation {invocation.pk} is {invocation.state}."
+    )
+    return redirect(_next_url(request))
+
+
+def _refused(request: HttpRequest, confirmation: Confirmation, verb: str, exc: ApplicationError) -> HttpResponse:
+    if isinstance(exc, AlreadyDecided):
+        confirmation.refresh_from_db()
+        who = f" by {confirmation.decided_by}" if confirmation.decided_by_id else ""
+        messages.warning(request, f"Not {verb}: this confirmation is already {confirmation.state}{who}.")
+    elif exc.code == "reason_required":
+        messages.error(request, f"Not {verb}: a reason is required to deny a call.")
+    else:  # e.g. the invocation was cancelled meanwhile (transition conflict)
+        messages.error(request, f"Not {verb}: {exc.message}")
+    return redirect(_next_url(request))
+
+
+def _next_url(request: HttpRequest) -> str:
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return target
+    return reverse("confirmations:queue")
+
+
+urlpatterns = [
+    path("", admin.site.admin_view(queue_view), name="queue"),
+    path("count.json", admin.site.admin_view(count_view), name="count"),
+    path("<uuid:pk>/", admin.site.admin_view(detail_view), name="detail"),
+    path("<uuid:pk>/approve", admin.site.admin_view(approve_view), name="approve"),
+    path("<uuid:pk>/deny", admin.site.admin_view(deny_view), name="deny"),
+]

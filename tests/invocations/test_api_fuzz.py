@@ -1,0 +1,346 @@
+"""Fuzzing the proposals endpoint: arbitrary bytes, text, names and body shapes never make a 5xx.
+
+Every example posts to the same model call (the function-scoped fixtures run once per test, not
+once per example), with a fresh ``proposal_id``; rows accumulate inside the test's transaction.
+The oracle for argument bytes is the pure strict parser: the API must agree with it exactly and
+must store the bytes exactly as sent.
+"""
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+
+import pytest
+from django.conf import settings as django_settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from invocations_app.models import Proposal
+from toolops.runtime.parser import ParseRejected, parse_strict
+
+pytestmark = pytest.mark.django_db
+
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+ON_POSTGRES = django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
+
+# Where admission of a read-only tool settles (SPEC §2): a rejection terminal, or AUTHORIZED.
+ADMISSION_OUTCOMES = {"PARSE_REJECTED", "VALIDATION_REJECTED", "AUTHORIZED", "AUTHORIZATION_REJECTED"}
+VISIBLE_NAMES = {"weather.get_forecast@1", "weather-get_forecast_v1"}
+GOOD_ARGS = '{"city": "Paris", "date": "2026-07-20"}'
+
+_ids = itertools.count(1)
+
+
+def _pid(prefix: str) -> str:
+    return f"{prefix}_{next(_ids)}"
+
+
+@pytest.fixture
+def call(agent, weather):
+    """One model call that sees weather.get_forecast@1; the agent holds weather.read on any city."""
+    # A client that answers 500 instead of raising, so a server error is an assertion, not a crash.
+    agent.client.raise_request_exception = False
+    run = agent.run()
+    return agent.model_call(run["id"])["id"]
+
+
+def _post_raw(agent, call_id: str, raw: bytes | str, **headers):
+    return agent.client.post(
+        f"/api/v1/model-calls/{call_id}/proposals", raw, content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {agent.token}", **headers,
+    )
+
+
+def _post(agent, call_id: str, body, **headers):
+    return _post_raw(agent, call_id, json.dumps(body), **headers)
+
+
+def _stored_bytes(call_id: str, proposal_id: str) -> bytes:
+    """Read back from the database, not from the response (which is built from memory)."""
+    return bytes(Proposal.objects.get(model_call_id=call_id, proposal_id=proposal_id).arguments_bytes)
+
+
+def _expected_parse(raw: bytes) -> str | None:
+    """The strict parser's verdict: the rejection reason, or None when it accepts."""
+    try:
+        parse_strict(raw)
+    except ParseRejected as exc:
+        return exc.reason
+    return None
+
+
+def _assert_problem(resp) -> None:
+    assert 400 <= resp.status_code < 500, (resp.status_code, resp.content[:300])
+    assert resp["Content-Type"] == "application/problem+json"
+    body = resp.json()
+    assert isinstance(body.get("code"), str) and body["code"]
+    assert body["status"] == resp.status_code
+
+
+# --------------------------------------------------------------------------- strategies
+
+# JSON text the weather schema may or may not accept, so fuzzing also reaches the later layers.
+_FIELD_VALUES = st.one_of(
+    st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12),
+    st.sampled_from(["2026-07-20", "tomorrow", "today", "next monday", "in 3 days", "2026-02-30", "Paris", " Paris "]),
+    st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.none(),
+    st.booleans(),
+)
+_WEATHERISH = st.dictionaries(
+    st.sampled_from(["city", "date", "units", "role", ""]), _FIELD_VALUES, max_size=4
+).map(lambda d: json.dumps(d, ensure_ascii=False))
+_MUTATED = st.tuples(_WEATHERISH, st.integers(min_value=0, max_value=60), st.binary(min_size=1, max_size=4)).map(
+    lambda t: (t[0].encode("utf-8")[: t[1]] + t[2] + t[0].encode("utf-8")[t[1]:])
+)
+ARGUMENT_BYTES = st.one_of(
+    st.binary(max_size=600),
+    _WEATHERISH.map(lambda s: s.encode("utf-8")),
+    _MUTATED,
+)
+# Text a JSON request body can carry in a DRF CharField: no NUL, no lone surrogate (both are
+# covered by the explicit tests at the bottom).
+SAFE_TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
+ARGUMENT_TEXT = st.one_of(SAFE_TEXT, _WEATHERISH)
+NAMES = st.one_of(
+    st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=500),
+    st.sampled_from(sorted(VISIBLE_NAMES)),
+    st.sampled_from(sorted(VISIBLE_NAMES)).flatmap(
+        lambda n: st.sampled_from([n.upper(), n + " ", " " + n, n + "\n", n.replace("1", "01"), n[:-1], n + "0"])
+    ),
+)
+_JSON_LEAVES = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+_JSON_ANY = st.recursive(
+    _JSON_LEAVES,
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(
+        st.sampled_from(["proposal_id", "name", "arguments", "arguments_b64", "tool_calls", "id", "type", "function"])
+        | st.text(max_size=8),
+        children,
+        max_size=5,
+    ),
+    max_leaves=15,
+)
+_TOOL_CALL = st.fixed_dictionaries(
+    {"id": st.one_of(st.text(max_size=10), st.integers(), st.none())},
+    optional={
+        "type": st.sampled_from(["function", "tool", ""]) | _JSON_LEAVES,
+        "function": st.fixed_dictionaries(
+            {},
+            optional={"name": st.sampled_from(sorted(VISIBLE_NAMES)) | _JSON_ANY, "arguments": ARGUMENT_TEXT | _JSON_ANY},
+        )
+        | _JSON_ANY,
+    },
+)
+BODIES = st.one_of(
+    _JSON_ANY,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "proposal_id": st.text(max_size=30) | _JSON_LEAVES,
+            "name": st.sampled_from(sorted(VISIBLE_NAMES)) | _JSON_LEAVES,
+            "arguments": ARGUMENT_TEXT | _JSON_ANY,
+            "arguments_b64": ARGUMENT_BYTES.map(lambda b: base64.b64encode(b).decode()) | st.text(max_size=20),
+        },
+    ),
+    st.fixed_dictionaries({"tool_calls": st.lists(_TOOL_CALL, max_size=3) | _JSON_ANY}),
+)
+
+
+# --------------------------------------------------------------------------- argument bytes
+
+
+@FUZZ
+@given(raw=ARGUMENT_BYTES)
+def test_it_records_arbitrary_argument_bytes_exactly_and_settles_them(agent, call, raw):
+    pid = _pid("b64")
+    resp = _post(agent, call, {"proposal_id": pid, "name": "weather.get_forecast@1", "arguments_b64": base64.b64encode(raw).decode()})
+    assert resp.status_code == 201, (resp.status_code, resp.content[:300])
+    inv = resp.json()
+    assert inv["state"] in ADMISSION_OUTCOMES
+    assert base64.b64decode(inv["proposal"]["arguments_bytes_b64"]) == raw
+    assert _stored_bytes(call, pid) == raw
+
+
+@FUZZ
+@given(raw=ARGUMENT_BYTES)
+def test_it_agrees_with_the_strict_parser_on_every_byte_string(agent, call, raw):
+    pid = _pid("parse")
+    inv = _post(agent, call, {"proposal_id": pid, "name": "weather-get_forecast_v1", "arguments_b64": base64.b64encode(raw).decode()}).json()
+    reason = _expected_parse(raw)
+    if reason is None:
+        assert inv["state"] != "PARSE_REJECTED"
+        assert inv["proposal"]["parsed"] == parse_strict(raw)
+    else:
+        assert inv["state"] == "PARSE_REJECTED"
+        assert inv["error"]["code"] == "parse_rejected"
+        assert inv["error"]["detail"]["reason"] == reason
+        assert inv["digest"] is None and inv["normalized_arguments"] is None
+
+
+@FUZZ
+@given(text=ARGUMENT_TEXT)
+def test_it_records_arbitrary_argument_text_as_its_utf8_bytes(agent, call, text):
+    pid = _pid("text")
+    resp = _post(agent, call, {"proposal_id": pid, "name": "weather.get_forecast@1", "arguments": text})
+    assert resp.status_code == 201, (resp.status_code, resp.content[:300])
+    inv = resp.json()
+    assert inv["state"] in ADMISSION_OUTCOMES
+    assert base64.b64decode(inv["proposal"]["arguments_bytes_b64"]) == text.encode("utf-8")
+    assert _stored_bytes(call, pid) == text.encode("utf-8")
+
+
+@FUZZ
+@given(raw=ARGUMENT_BYTES)
+def test_it_replays_the_same_bytes_with_200_and_the_same_invocation(agent, call, raw):
+    body = {"proposal_id": _pid("replay"), "name": "weather.get_forecast@1", "arguments_b64": base64.b64encode(raw).decode()}
+    first, again = _post(agent, call, body), _post(agent, call, body)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+    assert first.json()["state"] == again.json()["state"]
+
+
+# --------------------------------------------------------------------------- names
+
+
+@FUZZ
+@given(name=NAMES)
+def test_it_resolves_only_exact_visible_names_and_records_the_name_as_written(agent, call, name):
+    pid = _pid("name")
+    resp = _post(agent, call, {"proposal_id": pid, "name": name, "arguments": GOOD_ARGS})
+    assert resp.status_code == 201, (resp.status_code, resp.content[:300])
+    inv = resp.json()
+    assert inv["proposal"]["name"] == name
+    assert Proposal.objects.get(model_call_id=call, proposal_id=pid).name == name
+    if name in VISIBLE_NAMES:
+        assert (inv["state"], inv["tool"]) == ("AUTHORIZED", "weather.get_forecast@1")
+    else:
+        assert (inv["state"], inv["tool"]) == ("VALIDATION_REJECTED", None)
+        assert inv["error"]["code"] == "unknown_tool"
+        assert inv["error"]["detail"]["visible"] == ["weather.get_forecast@1"]
+
+
+@pytest.mark.parametrize("name", ["", "weather\x00", "weather\ud800", "n" * 501])
+def test_it_refuses_an_unstorable_name_as_problem_json(agent, call, name):
+    """Blank, NUL, lone surrogate, over 500 chars: a malformed body (4xx), never a 500."""
+    resp = _post(agent, call, {"proposal_id": _pid("badname"), "name": name, "arguments": GOOD_ARGS})
+    _assert_problem(resp)
+    assert resp.json()["code"] == "malformed_request"
+
+
+# --------------------------------------------------------------------------- body shapes
+
+
+@FUZZ
+@given(body=BODIES)
+def test_it_answers_any_json_body_with_201_200_or_a_problem(agent, call, body):
+    resp = _post(agent, call, body)
+    assert resp.status_code < 500, (resp.status_code, resp.content[:300])
+    if resp.status_code in (200, 201):
+        data = resp.json()
+        invocations = data["invocations"] if "invocations" in data else [data]
+        assert invocations and all(inv["state"] in ADMISSION_OUTCOMES for inv in invocations)
+    else:
+        _assert_problem(resp)
+
+
+@FUZZ
+@given(raw=st.binary(max_size=300) | st.text(max_size=300))
+def test_it_answers_any_request_body_bytes_with_a_problem_or_a_proposal(agent, call, raw):
+    resp = _post_raw(agent, call, raw)
+    assert resp.status_code < 500, (resp.status_code, resp.content[:300])
+    if resp.status_code not in (200, 201):
+        _assert_problem(resp)
+
+
+# --------------------------------------------------------------------------- found by fuzzing
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: a deeply nested request body makes DRF's JSONParser raise RecursionError (it only maps "
+        "ValueError to ParseError), so the API answers 500 instead of a 400 problem+json; "
+        "REST_FRAMEWORK.DEFAULT_PARSER_CLASSES in toolops/settings.py uses the stock JSONParser"
+    ),
+)
+@pytest.mark.parametrize("raw", ["[" * 100_000 + "]" * 100_000, '{"a":' * 5_000 + "1" + "}" * 5_000])
+def test_it_answers_a_hostile_deeply_nested_body_with_a_problem(agent, call, raw):
+    resp = _post_raw(agent, call, raw)
+    _assert_problem(resp)
+
+
+@pytest.mark.xfail(
+    condition=ON_POSTGRES,
+    strict=True,
+    reason=(
+        "BUG (PostgreSQL only): JSON with a \\u0000 escape is valid and accepted by the strict parser, but "
+        "jsonb cannot hold U+0000: invocations_app/services.py _apply_plan "
+        "(Proposal.objects.filter(...).update(parsed=plan.parsed), and later normalized_arguments/validation) "
+        "raises DataError 'unsupported Unicode escape sequence' -> 500, and the proposal is not recorded"
+    ),
+)
+@pytest.mark.parametrize("arguments", ['{"city": "\\u0000", "date": "2026-07-20"}', '["\\u0000"]', '{"\\u0000": 1}'])
+def test_it_records_arguments_with_an_escaped_nul(agent, call, arguments):
+    pid = _pid("nul_escape")
+    resp = _post(agent, call, {"proposal_id": pid, "name": "weather.get_forecast@1", "arguments": arguments})
+    assert resp.status_code == 201, (resp.status_code, resp.content[:300])
+    assert resp.json()["state"] in ADMISSION_OUTCOMES
+    assert _stored_bytes(call, pid) == arguments.encode()
+
+
+@pytest.mark.xfail(
+    condition=ON_POSTGRES,
+    strict=True,
+    reason=(
+        "BUG (PostgreSQL only): the Idempotency-Key header is passed through unchecked (invocations_app/api.py "
+        "ProposalCreateView.post) into Invocation.idempotency_key (max_length=255); a longer key raises "
+        "DataError 'value too long for type character varying(255)' -> 500 instead of a 400 problem "
+        "(SQLite stores the whole key)"
+    ),
+)
+def test_it_answers_an_over_long_idempotency_key_without_a_server_error(agent, call):
+    resp = _post(
+        agent, call, {"proposal_id": _pid("longkey"), "name": "weather.get_forecast@1", "arguments": GOOD_ARGS},
+        HTTP_IDEMPOTENCY_KEY="k" * 300,
+    )
+    assert resp.status_code < 500
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: ProposalIn.arguments / FunctionIn.arguments are DRF CharFields (invocations_app/serializers.py "
+        "lines 42 and 63), which add ProhibitSurrogateCharactersValidator, so a lone surrogate in the model's "
+        "raw string is a 400 malformed_request and the proposal is never recorded — contrary to the comment at "
+        "serializers.py:55 ('surrogatepass keeps a lone surrogate ... the strict parser then rejects them as "
+        "invalid UTF-8 instead of the request failing here') and to API.md (pipeline rejections are recorded states)"
+    ),
+)
+def test_it_records_a_lone_surrogate_in_argument_text_as_parse_rejected(agent, call):
+    pid = _pid("surrogate")
+    resp = _post(agent, call, {"proposal_id": pid, "name": "weather.get_forecast@1", "arguments": '{"city": "\ud800"}'})
+    assert resp.status_code == 201, (resp.status_code, resp.content[:300])
+    inv = resp.json()
+    assert inv["state"] == "PARSE_REJECTED"
+    assert inv["error"]["detail"]["reason"] == "invalid_utf8"
+    assert _stored_bytes(call, pid) == '{"city": "\ud800"}'.encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: same root cause — DRF CharField's ProhibitNullCharactersValidator turns a raw U+0000 in "
+        "'arguments' into a 400 malformed_request; the model's raw string is not recorded as a PARSE_REJECTED "
+        "proposal (API.md: rejections by the pipeline are recorded states, not HTTP errors)"
+    ),
+)
+def test_it_records_a_raw_nul_in_argument_text_as_parse_rejected(agent, call):
+    pid = _pid("raw_nul")
+    resp = _post(agent, call, {"proposal_id": pid, "name": "weather.get_forecast@1", "arguments": '{"city": "a\x00"}'})
+    assert resp.status_code == 201, (resp.status_code, resp.content[:300])
+    assert resp.json()["state"] == "PARSE_REJECTED"
+    assert _stored_bytes(call, pid) == b'{"city": "a\x00"}'

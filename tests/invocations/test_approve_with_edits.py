@@ -1,0 +1,82 @@
+"""Approve with edits: a new invocation with a new digest, the original cancelled and linked."""
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+
+from invocations_app.confirmations import (
+    StaleDigest, confirmation_approve_with_edits, confirmation_preview_edit,
+)
+from invocations_app.models import Confirmation
+from specs_app.demo import DEMO_TOOLSPECS
+from specs_app.models import ToolSpec
+from specs_app.services import toolspec_publish
+from tests.builders import make_grant, make_token
+
+pytestmark = pytest.mark.django_db
+
+CALENDAR = next(s for s in DEMO_TOOLSPECS if s["name"] == "calendar.create_event")
+ARGS = '{"calendar_id": "primary", "title": "Passport", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}'
+
+
+@pytest.fixture
+def pending(agent):
+    spec = toolspec_publish(spec=ToolSpec.objects.create(**{**CALENDAR, "version": 1}))
+    make_grant(subject=agent.subject, capability="calendar.write", operation_class="create",
+               scope_kind="exact", scope_values=["primary", "work"])
+    run = agent.run()
+    call = agent.model_call(run["id"], tools=[spec.ref])
+    inv = agent.propose(call["id"], name=spec.ref, arguments=ARGS).json()
+    assert inv["state"] == "AUTHORIZED" and inv["confirmation"]["state"] == "pending"
+    return Confirmation.objects.get(invocation_id=inv["id"])
+
+
+@pytest.fixture
+def approver():
+    return User.objects.create_user("ann", is_staff=True)
+
+
+def test_it_previews_the_new_digest_without_writing(pending):
+    edited = {**pending.arguments, "duration_minutes": 30}
+    plan = confirmation_preview_edit(confirmation=pending, edited_arguments=edited)
+    assert plan.error is None
+    assert plan.digest != pending.digest
+    assert Confirmation.objects.count() == 1
+
+
+def test_it_replaces_the_call_and_approves_the_confirmed_new_digest(pending, approver, agent):
+    edited = {**pending.arguments, "duration_minutes": 30}
+    new_digest = confirmation_preview_edit(confirmation=pending, edited_arguments=edited).digest
+    replacement = confirmation_approve_with_edits(
+        confirmation=pending, user=approver, digest_seen=pending.digest, edited_arguments=edited,
+        new_digest_seen=new_digest, reason="half an hour is realistic",
+    )
+    assert replacement.state == "PREPARED"
+    assert replacement.digest == new_digest and replacement.edited_from_id == pending.invocation_id
+    assert replacement.normalized_arguments["duration_minutes"] == 30
+    original = agent.get(f"/api/v1/invocations/{pending.invocation_id}").json()
+    assert original["state"] == "CANCELLED_BEFORE_COMMIT"
+    assert original["error"]["detail"]["replacement_invocation_id"] == str(replacement.pk)
+    assert original["confirmation"]["state"] == "edited"
+    assert original["confirmation"]["replacement_invocation_id"] == str(replacement.pk)
+
+
+def test_it_refuses_when_the_approver_did_not_confirm_the_new_digest(pending, approver):
+    edited = {**pending.arguments, "duration_minutes": 30}
+    with pytest.raises(StaleDigest):
+        confirmation_approve_with_edits(
+            confirmation=pending, user=approver, digest_seen=pending.digest, edited_arguments=edited,
+            new_digest_seen=pending.digest, reason="x",
+        )
+    pending.refresh_from_db()
+    assert pending.state == "pending" and pending.invocation.state == "AUTHORIZED"
+
+
+def test_it_authorizes_the_edited_call_like_any_other(pending, approver):
+    edited = {**pending.arguments, "calendar_id": "boss"}  # outside the grant's scope
+    new_digest = confirmation_preview_edit(confirmation=pending, edited_arguments=edited).digest
+    replacement = confirmation_approve_with_edits(
+        confirmation=pending, user=approver, digest_seen=pending.digest, edited_arguments=edited,
+        new_digest_seen=new_digest, reason="move it",
+    )
+    assert replacement.state == "AUTHORIZATION_REJECTED"
