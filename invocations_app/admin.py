@@ -90,7 +90,7 @@ class InvocationAdmin(ReadOnlyAdmin):
 
     @admin.display(description="parsed value")
     def parsed(self, obj):
-        return pretty_json(obj.proposal.parsed)
+        return format_html("<pre class='toolops-json'>{}</pre>", obj.proposal.parsed_json or "—")
 
     @admin.display(description="validator record (schema and semantic layers)")
     def validation_record(self, obj):

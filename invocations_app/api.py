@@ -1,6 +1,8 @@
 """Agent API: runs, model calls, proposals, invocations. Views parse, call a service, serialize."""
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -97,7 +99,7 @@ class ProposalCreateView(APIView):
         results = [
             services.proposal_admit(
                 model_call=call, subject=_subject(request), proposal_id=p["proposal_id"], name=p["name"],
-                arguments_bytes=p["arguments_bytes"], idempotency_key=request.headers.get("Idempotency-Key"),
+                arguments_bytes=p["arguments_bytes"], idempotency_key=_idempotency_key(request),
                 trace=request.trace,
             )
             for p in proposals
@@ -146,6 +148,19 @@ def _plain_budgets(budgets: dict) -> dict:
     return {k: (str(v) if k == "cost" and v is not None else v) for k, v in budgets.items() if v is not None}
 
 
+IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+def _idempotency_key(request) -> str | None:
+    """The runtime's ``Idempotency-Key``: 1–255 visible ASCII characters, or absent."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not IDEMPOTENCY_KEY_RE.match(key):
+        raise ApplicationError("Idempotency-Key must be 1–255 visible ASCII characters", code="invalid_idempotency_key")
+    return key
+
+
 def _wait_seconds(request) -> float:
     raw = request.query_params.get("wait")
     if raw in (None, ""):
@@ -157,3 +172,43 @@ def _wait_seconds(request) -> float:
     if not 0 <= seconds < float("inf"):
         raise ApplicationError("wait must be a non-negative number of seconds", code="malformed_request")
     return min(seconds, settings.TOOLOPS_MAX_WAIT_SECONDS)
+
+
+class InvocationToolMessageView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=["openai", "anthropic", "mcp"])],
+        responses={200: OpenApiTypes.OBJECT},
+        summary="The exact tool-message bytes recorded for the model (409 until final or awaiting confirmation)",
+    )
+    def get(self, request, invocation_id):
+        from django.http import HttpResponse
+
+        from .results import tool_message
+
+        fmt = request.query_params.get("format", "openai")
+        if fmt not in ("openai", "anthropic", "mcp"):
+            raise ApplicationError("format must be one of openai, anthropic, mcp", code="invalid_format")
+        inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
+        request.trace_id = inv.trace_id
+        return HttpResponse(tool_message(invocation=inv, fmt=fmt), content_type="application/json")
+
+
+class InvocationResultView(APIView):
+    @extend_schema(
+        parameters=[OpenApiParameter("cursor", OpenApiTypes.STR, description="next_cursor from the tool message or the previous page")],
+        responses={200: OpenApiTypes.OBJECT},
+        summary="The rest of a truncated result, page by page (raw bytes, base64)",
+    )
+    def get(self, request, invocation_id):
+        import base64
+
+        from .results import result_page
+
+        inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
+        try:
+            chunk, next_cursor, total = result_page(invocation=inv, cursor=request.query_params.get("cursor"))
+        except ValueError:
+            raise ApplicationError("invalid cursor", code="invalid_cursor") from None
+        request.trace_id = inv.trace_id
+        return Response({"chunk_b64": base64.b64encode(chunk).decode("ascii"), "chunk_bytes": len(chunk),
+                         "next_cursor": next_cursor, "total_bytes": total})

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from specs_app.models import ToolSpec
 from specs_app.selectors import capability_classes, grant_snapshots
-from toolops.runtime.authorization import AuthContext, Decision, Effect, Reason, Usage, authorize
+from toolops.runtime.authorization import AuthContext, Decision, Effect, GrantSnapshot, Reason, Usage, authorize
 from toolops.runtime.requirements import RequirementError, requirements_for
 from toolops.runtime.admission import Step
 from toolops.runtime.states import State
@@ -24,9 +24,8 @@ from toolops.runtime.states import State
 from .confirmations import confirmation_open
 from .counters import counts_usage as _counting, default_counter
 from .models import Invocation
-from .services import invocation_transition
+from .services import enqueue_when_committed, invocation_transition
 
-EXHAUSTED = Usage(calls_last_minute=2**62, calls_this_run=2**62, amount_in_window=2**62)
 DEFAULT_CONFIRMATION_SECONDS = 15 * 60
 
 
@@ -39,6 +38,12 @@ class AuthOutcome:
     needs_human: bool
     confirmation_expires_at: datetime | None
     side_effect_class: str
+    reservations: tuple = ()  # (counter, grant, run_id, invocation_id, amount) taken for this call
+
+    def release_reservations(self) -> None:
+        """Give the counted units back (the call was not recorded after all, e.g. a lost race)."""
+        for counter, grant, run_id, invocation_id, amount in self.reservations:
+            counter.release(grant=grant, run_id=run_id, invocation_id=invocation_id, amount=amount)
 
     @property
     def denied(self) -> bool:
@@ -76,9 +81,10 @@ def authorization_decide(
     ``before_reserve`` runs once before the first unit of a counting limit is taken (the
     proposal service checks for a replay there, so a re-post never spends a unit).
     """
-    decision = _decide(
+    counter = counter or default_counter()
+    decision, amounts = _decide(
         spec=spec, tenant=tenant, subject=subject, run_id=run_id, invocation_id=invocation_id,
-        arguments=normalized_arguments, now=now, counter=counter or default_counter(), before_reserve=before_reserve,
+        arguments=normalized_arguments, now=now, counter=counter, before_reserve=before_reserve,
     )
     policy = spec.confirmation_policy or {}
     needs_human = decision.effect == Effect.CONFIRM or (decision.effect == Effect.ALLOW and bool(policy.get("required")))
@@ -94,6 +100,9 @@ def authorization_decide(
         decision=decision, record=record, needs_human=needs_human,
         confirmation_expires_at=now + timedelta(seconds=seconds) if needs_human else None,
         side_effect_class=spec.side_effect_class,
+        reservations=tuple(
+            (counter, g, run_id, invocation_id, amounts.get(g.capability, 0)) for g in decision.used_grants if _counting(g)
+        ),
     )
 
 
@@ -113,45 +122,66 @@ def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
             fields = {"authorization": outcome.record, **outcome.error_fields()} if state == State.VALIDATED else {}
             invocation_transition(invocation=invocation, src=state, dst=step.to_state, kind=step.kind, data=step.data, fields=fields)
             state = step.to_state
+        if not outcome.denied and not outcome.needs_human:
+            enqueue_when_committed(invocation)
     return invocation
 
 
-def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter, before_reserve=None) -> Decision:
+def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter, before_reserve=None):
+    """The decision and the amount per capability (reservations are taken for allowed calls)."""
     declared = list(spec.required_capabilities or [])
     names = [entry["capability"] for entry in declared]
     ctx = AuthContext(tenant=tenant.slug, subject_id=str(subject.pk), tool_ref=spec.ref, now=now)
     try:
         requirements = requirements_for(declared=declared, operation_classes=capability_classes(names), arguments=arguments)
     except RequirementError as exc:
-        return Decision(Effect.DENY, (Reason("misconfigured_tool", None, ",".join(names), str(exc)),), ())
+        return Decision(Effect.DENY, (Reason("misconfigured_tool", None, ",".join(names), str(exc)),), ()), {}
     grants = grant_snapshots(tenant=tenant, subject=subject, capabilities=names)
     amounts = {r.capability: r.amount or 0 for r in requirements}
-    # Reserve counting limits atomically for the grants the pure decision picked; a grant that
-    # lost the race is marked exhausted and the decision re-run, so another grant may serve.
+    # Reserve counting limits for the grants the pure decision picked, all or nothing: if one
+    # loses (a concurrent caller took the last unit), the others are released and the decision
+    # re-run with that grant's failed limit marked, so a spare grant may serve instead.
     usage: dict[str, Usage] = {}
     while True:
         decision = authorize(requirements=requirements, grants=grants, ctx=replace(ctx, usage=usage))
         if decision.effect == Effect.DENY:
-            return decision
-        if before_reserve is not None and any(_counting(g) for g in decision.used_grants):
+            return decision, amounts
+        counted = [g for g in decision.used_grants if _counting(g)]
+        if counted and before_reserve is not None:
             before_reserve()
             before_reserve = None
-        lost = _reserve(decision, counter, run_id, invocation_id, amounts, now)
-        if not lost:
-            return decision
-        for grant_id in lost:
-            usage[grant_id] = EXHAUSTED
+        failed = _reserve_all(counted, counter, run_id, invocation_id, amounts, now)
+        if not failed:
+            return decision, amounts
+        for grant, failures in failed.items():
+            usage[grant.grant_id] = _usage_failing(grant, failures)
 
 
-def _reserve(decision: Decision, counter, run_id, invocation_id, amounts: dict, now) -> list[str]:
-    lost = []
-    for grant in decision.used_grants:
+def _reserve_all(grants, counter, run_id, invocation_id, amounts: dict, now) -> dict:
+    """Reserve on every grant or on none; returns ``{grant: failures}`` for the ones that lost."""
+    taken, failed = [], {}
+    for grant in grants:
         failures = counter.reserve(
             grant=grant, run_id=run_id, invocation_id=invocation_id, amount=amounts.get(grant.capability, 0), now=now
         )
         if failures:
-            lost.append(grant.grant_id)
-    return lost
+            failed[grant] = failures
+        else:
+            taken.append(grant)
+    if failed:
+        for grant in taken:
+            counter.release(grant=grant, run_id=run_id, invocation_id=invocation_id, amount=amounts.get(grant.capability, 0))
+    return failed
+
+
+def _usage_failing(grant: GrantSnapshot, failures: list[str]) -> Usage:
+    """Usage that makes exactly the limits the counter refused fail in the pure decision."""
+    lim = grant.limits
+    return Usage(
+        calls_last_minute=lim.calls_per_minute if "rate_limited" in failures else 0,
+        calls_this_run=lim.calls_per_run if "run_call_limit" in failures else 0,
+        amount_in_window=lim.max_amount_per_window + 1 if "amount_over_window_limit" in failures else 0,
+    )
 
 
 def _deny_message(decision: Decision) -> str:

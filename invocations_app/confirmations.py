@@ -20,7 +20,9 @@ from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.states import State
 
 from .models import Confirmation, Invocation
-from .services import confirmation_row_create, event_append, invocation_transition, parser_limits, record_admission
+from .services import (
+    confirmation_row_create, enqueue_when_committed, event_append, invocation_transition, parser_limits, record_admission,
+)
 
 
 class StaleDigest(Conflict):
@@ -41,6 +43,14 @@ def confirmation_open(*, invocation: Invocation, expires_at: datetime) -> Confir
     return confirmation
 
 
+def _refuse_if_overdue(confirmation: Confirmation, now: datetime) -> None:
+    """Expire an overdue confirmation in its own transaction, then refuse the decision."""
+    if confirmation.state == Confirmation.Status.PENDING and confirmation.expires_at <= now:
+        confirmation_expire(confirmation=confirmation, now=now)
+        confirmation.refresh_from_db()
+        raise AlreadyDecided(f"confirmation is already {confirmation.state}", extra={"state": confirmation.state})
+
+
 def _claim(confirmation: Confirmation, *, state: str, user, reason: str, now: datetime, replacement=None) -> None:
     """The single-use step: only one caller turns a pending, unexpired confirmation into ``state``."""
     changed = Confirmation.objects.filter(pk=confirmation.pk, state=Confirmation.Status.PENDING, expires_at__gt=now).update(
@@ -48,9 +58,6 @@ def _claim(confirmation: Confirmation, *, state: str, user, reason: str, now: da
     )
     if changed != 1:
         confirmation.refresh_from_db()
-        if confirmation.state == Confirmation.Status.PENDING:  # pending but past its expiry
-            confirmation_expire(confirmation=confirmation, now=now)
-            confirmation.refresh_from_db()
         raise AlreadyDecided(f"confirmation is already {confirmation.state}", extra={"state": confirmation.state})
     confirmation.state, confirmation.decided_by, confirmation.decided_at, confirmation.reason = state, user, now, reason
 
@@ -61,6 +68,7 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
         raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
     invocation = confirmation.invocation
     now = timezone.now()
+    _refuse_if_overdue(confirmation, now)
     with transaction.atomic():
         _claim(confirmation, state=Confirmation.Status.APPROVED, user=user, reason=reason, now=now)
         if invocation.digest != digest_seen:  # defence in depth: the invocation itself changed
@@ -74,6 +82,7 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
                 invocation=invocation, src=State.AUTHORIZED, dst=State.PREPARED, kind="confirmation_approved",
                 data=data, actor=actor,
             )
+        enqueue_when_committed(invocation)
     return invocation
 
 
@@ -83,6 +92,7 @@ def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invoc
         raise ApplicationError("a reason is required to deny", code="reason_required")
     invocation = confirmation.invocation
     now = timezone.now()
+    _refuse_if_overdue(confirmation, now)
     with transaction.atomic():
         _claim(confirmation, state=Confirmation.Status.DENIED, user=user, reason=reason, now=now)
         invocation_transition(
@@ -156,6 +166,7 @@ def confirmation_approve_with_edits(
         raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
     if not reason.strip():
         raise ApplicationError("a reason is required to change arguments", code="reason_required")
+    _refuse_if_overdue(confirmation, timezone.now())
     plan = confirmation_preview_edit(confirmation=confirmation, edited_arguments=edited_arguments)
     if plan.error:
         raise ApplicationError(f"edited arguments rejected: {plan.error['message']}", code="edit_rejected", extra={"error": plan.error})

@@ -60,6 +60,10 @@ class DatabaseCounter:
                 GrantUsage.objects.create(grant_id=grant.grant_id, run_id=run_id, invocation_id=invocation_id, amount=amount, at=now)
         return failures
 
+    def release(self, *, grant: GrantSnapshot, run_id, invocation_id, amount: int) -> None:
+        """Give back a reservation made for ``invocation_id`` (all-or-nothing reservations)."""
+        GrantUsage.objects.filter(grant_id=grant.grant_id, invocation_id=invocation_id).delete()
+
 
 # KEYS: 1 minute zset, 2 per-run counter, 3 amount zset.
 # ARGV: now_ms, calls_per_minute, calls_per_run, amount, window_ms, max_amount, member (-1 = no limit)
@@ -115,6 +119,21 @@ class RedisCounter:
             int(_window(grant).total_seconds() * 1000), opt(lim.max_amount_per_window), str(invocation_id),
         ]
         return [f.decode() if isinstance(f, bytes) else f for f in self.script(keys=keys, args=args)]
+
+    def release(self, *, grant: GrantSnapshot, run_id, invocation_id, amount: int) -> None:
+        """Give back a reservation made for ``invocation_id`` (all-or-nothing reservations)."""
+        if not counts_usage(grant):
+            return
+        lim = grant.limits
+        base = f"{self.prefix}:{grant.grant_id}"
+        pipe = self.client.pipeline(transaction=True)
+        if lim.calls_per_minute is not None:
+            pipe.zrem(f"{base}:minute", str(invocation_id))
+        if lim.calls_per_run is not None:
+            pipe.decr(f"{base}:run:{run_id}")
+        if lim.max_amount_per_window is not None:
+            pipe.zrem(f"{base}:amount", f"{invocation_id}|{int(amount)}")
+        pipe.execute()
 
 
 @functools.lru_cache(maxsize=1)

@@ -96,7 +96,11 @@ class Proposal(models.Model):
     proposal_id = models.CharField(max_length=200)  # the model's tool_call id
     name = models.CharField(max_length=500)  # as the model wrote it
     arguments_bytes = models.BinaryField()
-    parsed = models.JSONField(null=True, blank=True)
+    # The parser's output as JSON text: text, not jsonb, because a JSON string may
+    # legally hold U+0000, which PostgreSQL's jsonb cannot store.
+    parsed_json = models.TextField(blank=True)
+    # Set when this proposal re-used an idempotency key that already has an invocation.
+    replay_of = models.ForeignKey("Invocation", null=True, blank=True, on_delete=models.PROTECT, related_name="replays")
     parser = models.JSONField(default=dict)  # parser name, version and limits
     span_id = models.CharField(max_length=16)
     received_at = models.DateTimeField(auto_now_add=True)
@@ -136,6 +140,15 @@ class Invocation(models.Model):
     error_message = models.TextField(blank=True)
     error_detail = models.JSONField(default=dict, blank=True)
     edited_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="edits")
+    # Execution: retry scheduling lives here (not in a broker countdown), visible to the console.
+    attempt_count = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    result_status = models.CharField(max_length=16, blank=True)  # ok | error | unknown
+    result_value = models.JSONField(null=True, blank=True)
+    commit_status = models.CharField(max_length=16, blank=True)  # not_committed | committed | unknown | not_applicable
+    external_resource_id = models.CharField(max_length=255, blank=True)
+    observed_at = models.DateTimeField(null=True, blank=True)
     trace_id = models.CharField(max_length=32)
     span_id = models.CharField(max_length=16)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -157,6 +170,8 @@ class Invocation(models.Model):
             models.Index(fields=["tool_name", "tool_version", "-created_at"], name="invocations_inv_tool"),
             models.Index(fields=["run", "created_at"], name="invocations_inv_run"),
             models.Index(fields=["-created_at"], name="invocations_inv_recent"),
+            # The beat task re-enqueueing due retries.
+            models.Index(fields=["next_attempt_at"], name="invocations_inv_due", condition=Q(next_attempt_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -251,7 +266,8 @@ class GrantUsage(models.Model):
 
     grant = models.ForeignKey(Grant, on_delete=models.CASCADE, related_name="+")
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
-    invocation = models.ForeignKey(Invocation, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    # Not a foreign key: units are reserved before the invocation row is written (same request).
+    invocation_id = models.UUIDField(null=True, blank=True)
     amount = models.BigIntegerField(default=0)
     at = models.DateTimeField(db_index=True)
 
@@ -261,4 +277,75 @@ class GrantUsage(models.Model):
             models.Index(fields=["grant", "at"], name="invocations_usage_window"),
             # Calls per run.
             models.Index(fields=["grant", "run"], name="invocations_usage_run"),
+        ]
+
+
+class Attempt(models.Model):
+    """One try at executing an invocation; its id is the span id sent as ``traceparent``."""
+
+    invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="attempts")
+    number = models.PositiveIntegerField()
+    span_id = models.CharField(max_length=16)
+    worker = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)  # the request may have reached the tool from here on
+    ended_at = models.DateTimeField(null=True, blank=True)
+    commit = models.CharField(max_length=16, blank=True)
+    failure_class = models.CharField(max_length=32, blank=True)
+    outcome = models.JSONField(default=dict, blank=True)
+    decision = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["invocation", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["invocation", "number"], name="invocations_attempt_unique_number"),
+        ]
+        indexes = [
+            # Recovery: attempts that started and never ended (a worker died mid-attempt).
+            models.Index(fields=["started_at"], name="invocations_attempt_open", condition=Q(ended_at__isnull=True)),
+        ]
+
+
+class ToolMessage(models.Model):
+    """The exact bytes given to the model for one invocation, per format; written once."""
+
+    invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="tool_messages")
+    format = models.CharField(max_length=16)
+    message_bytes = models.BinaryField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["invocation", "format"], name="invocations_toolmessage_unique_format"),
+        ]
+
+
+class ResultBody(models.Model):
+    """The full (redacted) serialized result, for paging a truncated tool message."""
+
+    invocation = models.OneToOneField(Invocation, on_delete=models.PROTECT, related_name="result_body")
+    body = models.BinaryField()
+    total_bytes = models.PositiveBigIntegerField()
+
+
+class IdempotencyRecord(models.Model):
+    """SPEC §8: one record per (tenant, name@version, key), bound to the digest it was used with."""
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    tool_ref = models.CharField(max_length=140)
+    key = models.CharField(max_length=255)
+    digest = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IN_PROGRESS)
+    invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "tool_ref", "key"], name="invocations_idem_unique_scope"),
         ]

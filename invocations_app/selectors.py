@@ -11,10 +11,15 @@ from toolops.runtime.states import TERMINAL, State
 
 from .models import Event, Invocation, ModelCall, Run
 
-# States in which nothing automatic will move the invocation any further by itself: terminal
-# states, unknown outcomes (wait for reconciliation), and — until execution by workers lands —
-# AUTHORIZED (awaiting a human, or awaiting execution) and PREPARED.
-SETTLED_STATES = frozenset(TERMINAL | {State.OUTCOME_UNKNOWN, State.AUTHORIZED, State.PREPARED})
+# Where ``?wait=`` stops: a terminal state, an unknown outcome (reconciliation takes its
+# time), or an invocation awaiting a human's confirmation.
+SETTLED_STATES = frozenset(TERMINAL | {State.OUTCOME_UNKNOWN})
+
+
+def is_settled(invocation: Invocation) -> bool:
+    if invocation.state in SETTLED_STATES:
+        return True
+    return invocation.state == State.AUTHORIZED and invocation.confirmations.filter(state="pending").exists()
 
 
 def _get(qs, pk, what: str):
@@ -46,7 +51,7 @@ def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
 def _invocation_get(subject: Subject, invocation_id) -> Invocation:
     qs = (
         Invocation.objects.select_related("proposal")
-        .prefetch_related("confirmations__decided_by")
+        .prefetch_related("confirmations__decided_by", "attempts")
         .filter(subject=subject)
     )
     return _get(qs, invocation_id, "invocation")
@@ -59,10 +64,10 @@ def invocation_events(*, invocation: Invocation):
 def invocations_wait(*, invocations: list[Invocation], seconds: float, poll: float = 0.05) -> list[Invocation]:
     """Re-read ``invocations`` until each is settled or ``seconds`` have passed."""
     deadline = time.monotonic() + seconds
-    pending = [inv for inv in invocations if inv.state not in SETTLED_STATES]
+    pending = [inv for inv in invocations if not is_settled(inv)]
     while pending and time.monotonic() < deadline:
         time.sleep(poll)
         for inv in pending:
             inv.refresh_from_db()
-        pending = [inv for inv in pending if inv.state not in SETTLED_STATES]
+        pending = [inv for inv in pending if not is_settled(inv)]
     return invocations

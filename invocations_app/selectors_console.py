@@ -25,12 +25,14 @@ DECIDED_SHOWN = 20
 
 def approvable_toolspecs(*, user) -> QuerySet[ToolSpec]:
     """ToolSpec versions whose confirmations ``user`` may see and decide."""
+    if not (user.is_authenticated and user.is_active):  # guardian has no anonymous user here
+        return ToolSpec.objects.none()
     return get_objects_for_user(user, APPROVE_PERMISSION, klass=ToolSpec)
 
 
 def confirmations_visible_to(*, user) -> QuerySet[Confirmation]:
     qs = Confirmation.objects.all()
-    if not user.is_superuser:
+    if not (user.is_active and user.is_superuser):
         qs = qs.filter(tool_spec__in=approvable_toolspecs(user=user))
     return qs
 
@@ -77,7 +79,7 @@ def confirmation_get_for_user(*, user, pk) -> Confirmation:
     confirmation = get_object_or_404(
         Confirmation.objects.select_related("tool_spec", "tenant", "subject", "run", "invocation", "decided_by"), pk=pk
     )
-    if not user.is_superuser and not approvable_toolspecs(user=user).filter(pk=confirmation.tool_spec_id).exists():
+    if not (user.is_active and user.is_superuser) and not approvable_toolspecs(user=user).filter(pk=confirmation.tool_spec_id).exists():
         raise PermissionDenied("you may not decide confirmations of this tool")
     return confirmation
 

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 
+from django.core.validators import ProhibitNullCharactersValidator
+from rest_framework.fields import ProhibitSurrogateCharactersValidator
 from rest_framework import serializers
 
 from toolops.runtime.rendering import FORMATS
@@ -34,12 +37,27 @@ class ModelCallIn(serializers.Serializer):
     context = serializers.ListField(child=serializers.UUIDField(), required=False, default=list)
 
 
+class RawStringField(serializers.CharField):
+    """A string kept exactly as sent: no trimming, blanks allowed, NUL characters allowed.
+
+    The model's raw argument text is evidence; the strict parser, not the request layer,
+    decides what it means (a lone surrogate is a PARSE_REJECTED proposal, not a 400).
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(trim_whitespace=False, allow_blank=True, **kwargs)
+        self.validators = [
+            v for v in self.validators
+            if not isinstance(v, (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator))
+        ]
+
+
 class ProposalIn(serializers.Serializer):
     """One proposal: ``arguments`` (the model's raw string) or ``arguments_b64`` (any bytes)."""
 
     proposal_id = serializers.CharField(max_length=200)
     name = serializers.CharField(max_length=500, trim_whitespace=False)
-    arguments = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    arguments = RawStringField(required=False)
     arguments_b64 = serializers.CharField(required=False, allow_blank=True)
 
     def validate(self, attrs):
@@ -60,7 +78,7 @@ class ProposalIn(serializers.Serializer):
 
 class FunctionIn(serializers.Serializer):
     name = serializers.CharField(max_length=500, trim_whitespace=False)
-    arguments = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    arguments = RawStringField()
 
 
 class ToolCallIn(serializers.Serializer):
@@ -128,7 +146,7 @@ def invocation_to_dict(inv: Invocation) -> dict:
             "proposal_id": proposal.proposal_id,
             "name": proposal.name,
             "arguments_bytes_b64": base64.b64encode(bytes(proposal.arguments_bytes)).decode("ascii"),
-            "parsed": proposal.parsed,
+            "parsed": json.loads(proposal.parsed_json) if proposal.parsed_json else None,
             "parser": proposal.parser,
             "span_id": proposal.span_id,
         },
@@ -142,8 +160,9 @@ def invocation_to_dict(inv: Invocation) -> dict:
         "deadline": inv.deadline.isoformat() if inv.deadline else None,
         "authorization": _authorization(inv.authorization),
         "confirmation": _confirmation(inv),
-        "attempts": [],
-        "result": None,
+        "attempts": [_attempt(a) for a in inv.attempts.all()],
+        "result": _result(inv),
+        "edited_from": str(inv.edited_from_id) if inv.edited_from_id else None,
         "trace_id": inv.trace_id,
         "span_id": inv.span_id,
         "error": {"code": inv.error_code, "message": inv.error_message, "detail": inv.error_detail}
@@ -151,6 +170,28 @@ def invocation_to_dict(inv: Invocation) -> dict:
         else None,
         "created_at": inv.created_at.isoformat(),
         "updated_at": inv.updated_at.isoformat(),
+    }
+
+
+def _attempt(a) -> dict:
+    return {
+        "number": a.number, "attempt_id": a.span_id, "started_at": a.started_at.isoformat(),
+        "sent_at": a.sent_at.isoformat() if a.sent_at else None, "ended_at": a.ended_at.isoformat() if a.ended_at else None,
+        "commit": a.commit or None, "failure_class": a.failure_class or None, "decision": a.decision or None,
+    }
+
+
+def _result(inv: Invocation) -> dict | None:
+    if not inv.result_status and not inv.commit_status:
+        return None
+    return {
+        "status": inv.result_status or ("unknown" if inv.commit_status == "unknown" else None),
+        "value_or_error": inv.result_value if inv.result_status == "ok" else (
+            {"code": inv.error_code, "message": inv.error_message} if inv.error_code else None
+        ),
+        "commit_status": inv.commit_status or None,
+        "external_resource_id": inv.external_resource_id or None,
+        "observed_at": inv.observed_at.isoformat() if inv.observed_at else None,
     }
 
 

@@ -12,7 +12,7 @@ import functools
 import json
 import logging
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -28,10 +28,10 @@ from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.parser import ParserLimits, parser_record
 from toolops.runtime.rendering import FORMATS, render_tool
-from toolops.runtime.states import State, TransitionNotAllowed, is_allowed
+from toolops.runtime.states import CANCELLABLE, TERMINAL, State, TransitionNotAllowed, is_allowed
 from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
 
-from .models import Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, Run
+from .models import Confirmation, Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal, Run
 
 logger = logging.getLogger(__name__)
 
@@ -225,6 +225,7 @@ def proposal_admit(
         tenant=subject.tenant.slug, context=context, limits=limits,
     )
     invocation_id = uuid.uuid4()
+    auth = None
     try:
         auth = _authorize_admitted(plan, spec, subject, run, invocation_id, now, model_call, proposal_id, name, arguments_bytes)
         invocation = record_admission(
@@ -232,12 +233,18 @@ def proposal_admit(
             arguments_bytes=arguments_bytes, spec=spec, plan=plan, auth=auth, context=context, limits=limits,
             idempotency_key=idempotency_key, trace=trace, invocation_id=invocation_id,
         )
-    except IntegrityError:
-        # The unique (model_call, proposal_id) constraint: a re-post, or a concurrent one that won.
+    except (IntegrityError, IdempotencyHit) as exc:
+        # A unique constraint: a re-post of this proposal, or an idempotency key already in use.
+        if auth is not None:
+            auth.release_reservations()
         existing = _replayed(model_call, proposal_id, name, arguments_bytes)
-        if existing is None:
+        if existing is not None:
+            return existing, False
+        record = exc.record if isinstance(exc, IdempotencyHit) else _idempotency_record(subject, spec, idempotency_key, run, proposal_id)
+        if record is None:
             raise
-        return existing, False
+        return _idempotent_replay(record, model_call=model_call, proposal_id=proposal_id, name=name,
+                                  arguments_bytes=arguments_bytes, digest=plan.digest, spec=spec, now=now), False
     except _Replayed as replay:
         return replay.invocation, False
     return invocation, True
@@ -270,17 +277,18 @@ def _raise_if_replayed(model_call, proposal_id, name, arguments_bytes) -> None:
 def _replayed(model_call: ModelCall, proposal_id: str, name: str, arguments_bytes: bytes) -> Invocation | None:
     prior = (
         Proposal.objects.filter(model_call=model_call, proposal_id=proposal_id)
-        .select_related("invocation").order_by().first()
+        .select_related("replay_of").order_by().first()
     )
     if prior is None:
         return None
+    invocation = Invocation.objects.filter(proposal=prior).first() or prior.replay_of
     if bytes(prior.arguments_bytes) != arguments_bytes or prior.name != name:
         raise Conflict(
             f"proposal {proposal_id!r} was already posted to this model call with other content",
             code="proposal_conflict",
-            extra={"invocation_id": str(prior.invocation.pk)},
+            extra={"invocation_id": str(invocation.pk) if invocation else None},
         )
-    return prior.invocation
+    return invocation
 
 
 @functools.lru_cache(maxsize=2048)
@@ -328,7 +336,8 @@ def record_admission(
     with transaction.atomic():
         proposal = Proposal.objects.create(
             model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
-            parsed=plan.parsed, parser=parser_record(limits), span_id=proposal_span,
+            parsed_json=json.dumps(plan.parsed, ensure_ascii=False) if plan.steps[0].to_state == State.PARSED else "",
+            parser=parser_record(limits), span_id=proposal_span,
         )
         invocation = Invocation.objects.create(
             id=invocation_id or uuid.uuid4(), proposal=proposal, run=run, model_call=model_call,
@@ -340,7 +349,81 @@ def record_admission(
         Event.objects.bulk_create(_chain_events(invocation, steps, proposal_span))
         if confirmation_id:
             confirmation_row_create(invocation=invocation, expires_at=auth.confirmation_expires_at, confirmation_id=confirmation_id)
+        if spec and spec.side_effect_class != "read_only" and auth and not auth.denied:
+            _idempotency_claim(invocation, spec, timezone.now())
+        if auth and not auth.denied and not auth.needs_human:
+            enqueue_when_committed(invocation)
     return invocation
+
+
+# --- idempotency keys (SPEC §8) ---------------------------------------------------------------
+
+class IdempotencyHit(Exception):
+    """The key is already bound to an invocation; the admission transaction is rolled back."""
+
+    def __init__(self, record: IdempotencyRecord):
+        self.record = record
+
+
+def _idempotency_claim(invocation: Invocation, spec: ToolSpec, now: datetime) -> None:
+    """Bind (tenant, name@version, key) to this invocation, or raise ``IdempotencyHit``.
+
+    An expired record is taken over only when the ToolSpec says ``new_call``; under
+    ``reject`` the reuse is refused — never a guess.
+    """
+    expires = now + timedelta(seconds=spec.idempotency_retention_seconds)
+    scope = {"tenant_id": invocation.tenant_id, "tool_ref": spec.ref, "key": invocation.idempotency_key}
+    record = IdempotencyRecord.objects.select_for_update().filter(**scope).first()
+    if record is None:
+        IdempotencyRecord.objects.create(**scope, digest=invocation.digest, invocation=invocation, created_at=now, expires_at=expires)
+        return
+    if record.expires_at <= now and spec.expired_key_policy == "new_call":
+        IdempotencyRecord.objects.filter(pk=record.pk).update(
+            digest=invocation.digest, invocation=invocation, status=IdempotencyRecord.Status.IN_PROGRESS,
+            created_at=now, expires_at=expires,
+        )
+        return
+    raise IdempotencyHit(record)
+
+
+def _idempotency_record(subject, spec, key, run, proposal_id) -> IdempotencyRecord | None:
+    if spec is None:
+        return None
+    return IdempotencyRecord.objects.filter(
+        tenant_id=subject.tenant_id, tool_ref=spec.ref, key=key or f"{run.pk}:{proposal_id}"
+    ).select_related("invocation").first()
+
+
+def _idempotent_replay(record, *, model_call, proposal_id, name, arguments_bytes, digest, spec, now) -> Invocation:
+    """Record the proposal as a replay of the key's invocation, then answer per SPEC §8."""
+    original = record.invocation
+    try:
+        with transaction.atomic():
+            Proposal.objects.create(
+                model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
+                parser=parser_record(parser_limits()), span_id=new_span_id(), replay_of=original,
+            )
+    except IntegrityError:
+        pass  # the same proposal posted concurrently: it is recorded once
+    extra = {"invocation_id": str(original.pk), "state": original.state}
+    if record.expires_at <= now:
+        raise ApplicationError("this idempotency key has expired and the tool's policy is to reject it",
+                               code="idempotency_key_expired", status=422, extra=extra)
+    if record.digest != digest:
+        raise ApplicationError("this idempotency key was used with different arguments",
+                               code="idempotency_key_reused", status=422, extra=extra)
+    original.refresh_from_db()
+    if original.state not in TERMINAL:
+        raise Conflict("the call with this idempotency key is still in progress",
+                       code="idempotency_in_progress", extra={**extra, "state": original.state})
+    return original
+
+
+def enqueue_when_committed(invocation: Invocation) -> None:
+    """Hand a ready invocation (PREPARED, or AUTHORIZED read-only) to the workers after commit."""
+    from .tasks import enqueue_execution  # tasks build on services
+
+    enqueue_execution(invocation.pk)
 
 
 def _check_chain(steps: list[Step]) -> None:
@@ -394,15 +477,23 @@ def confirmation_row_create(*, invocation: Invocation, expires_at, confirmation_
 
 
 def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -> Invocation:
-    """Cancel before the commit boundary; after it the effect stands (``Conflict``)."""
-    from toolops.runtime.states import CANCELLABLE
-
+    """Cancel (SPEC §7). Before the commit boundary: CANCELLED_BEFORE_COMMIT, nothing is sent.
+    While an attempt is in flight: recorded, honoured only if the outcome proves nothing was
+    committed. After the boundary (or when it may have been crossed): ``Conflict`` — the effect
+    stands and only later steps stop."""
     invocation.refresh_from_db()
+    if invocation.state == State.EXECUTING:
+        updated = Invocation.objects.filter(pk=invocation.pk, state=State.EXECUTING, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=timezone.now()
+        )
+        if updated:
+            event_append(invocation=invocation, kind="cancel_requested", data={"reason": reason}, actor=actor)
+        invocation.refresh_from_db()
+        return invocation
     if State(invocation.state) not in CANCELLABLE:
         raise Conflict(
-            f"invocation is {invocation.state}; it can no longer be cancelled",
-            code="not_cancellable",
-            extra={"state": invocation.state},
+            f"invocation is {invocation.state}; it can no longer be cancelled (the effect, if any, stands)",
+            code="not_cancellable", extra={"state": invocation.state},
         )
     try:
         invocation_transition(

@@ -1,12 +1,97 @@
-"""Celery tasks: thin wrappers that call services (safe to deliver twice)."""
+"""Celery tasks: thin, fetch by id, call a service; safe to deliver twice.
+
+Delivery settings (toolops/settings.py) are chosen for SPEC §7:
+``acks_late`` + ``reject_on_worker_lost``: a message is acknowledged only after the task
+returns, so a worker killed mid-attempt gets its message redelivered instead of lost. That
+redelivery can never blindly re-run a write: the claim is a state transition, and an attempt
+that started and never ended is handed to ``recover_abandoned`` (sent writes become
+OUTCOME_UNKNOWN). Redis' ``visibility_timeout`` (1 h) is far above any countdown we use —
+retries are scheduled in the database (``next_attempt_at``) and a beat task re-enqueues due
+work, so no ETA ever outlives the visibility timeout and runs twice.
+"""
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
 from celery import shared_task
+from django.db import transaction
+from django.utils import timezone
+
+from toolops.runtime.states import State
 
 from .confirmations import confirmations_expire_due
+from .models import Invocation
+
+logger = logging.getLogger(__name__)
+
+# Longest countdown handed to the broker; later retries wait for the beat task.
+MAX_COUNTDOWN_SECONDS = 60
+
+
+def enqueue_execution(invocation_id, countdown: float = 0.0) -> None:
+    """Enqueue after the current transaction commits (never for uncommitted state)."""
+    if countdown > MAX_COUNTDOWN_SECONDS:
+        return  # executions_enqueue_due_task picks it up when due
+    transaction.on_commit(
+        lambda: invocation_execute_task.apply_async((str(invocation_id),), countdown=max(0.0, countdown) or None)
+    )
+
+
+@shared_task(name="invocations.execute", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def invocation_execute_task(invocation_id: str) -> str:
+    """Claim the next attempt and run it; a duplicate or early delivery exits quietly."""
+    from .execution import attempt_timeout, execution_claim, execution_run, open_attempt, recover_abandoned
+
+    invocation = Invocation.objects.select_related("tool_spec").filter(pk=invocation_id).first()
+    if invocation is None:
+        logger.warning("execute: no invocation %s (stale message)", invocation_id)
+        return "missing"
+    stale = open_attempt(invocation)
+    if stale is not None:
+        age = (timezone.now() - stale.started_at).total_seconds()
+        if age < attempt_timeout(invocation) + 5:
+            # The attempt may still be running in another worker: look again once it cannot be.
+            enqueue_execution(invocation.pk, countdown=attempt_timeout(invocation) + 5 - age)
+            return "in_flight"
+        recover_abandoned(invocation=invocation, attempt=stale)
+    claimed = execution_claim(invocation_id=invocation_id)
+    if claimed is None:
+        return "nothing_to_do"
+    execution_run(invocation=claimed[0], attempt=claimed[1])
+    return "ran"
+
+
+@shared_task(name="invocations.enqueue_due", ignore_result=True)
+def executions_enqueue_due_task() -> int:
+    """Periodic: re-enqueue retries that are due, and recover attempts whose worker died."""
+    from .execution import recover_abandoned, stale_open_attempts
+
+    for attempt in stale_open_attempts():
+        recover_abandoned(invocation=attempt.invocation, attempt=attempt)
+    now = timezone.now()
+    due = Invocation.objects.filter(state=State.EXECUTING, next_attempt_at__lte=now).values_list("pk", flat=True)
+    # A ready invocation whose message was lost (broker restart) is picked up again after a
+    # minute; a duplicate message is harmless, the claim admits one.
+    lost = Invocation.objects.filter(state=State.PREPARED, updated_at__lte=now - timedelta(minutes=1)).values_list("pk", flat=True)
+    ids = list(due[:500]) + list(lost[:100])
+    for pk in ids:
+        invocation_execute_task.delay(str(pk))
+    return len(ids)
+
+
+@shared_task(name="invocations.reconcile", ignore_result=True)
+def invocations_reconcile_task() -> int:
+    """Periodic: look up OUTCOME_UNKNOWN write_idempotent calls whose reconciliation is due."""
+    from .execution import reconcile
+
+    due = Invocation.objects.filter(
+        state=State.OUTCOME_UNKNOWN, tool_spec__side_effect_class="write_idempotent", next_attempt_at__lte=timezone.now()
+    ).select_related("tool_spec")[:100]
+    return sum(1 for inv in due if reconcile(invocation=inv))
 
 
 @shared_task(name="invocations.confirmations_expire_due", ignore_result=True)
 def confirmations_expire_due_task() -> int:
     """Periodic: expire pending confirmations past their time (each expiry is race-safe)."""
     return confirmations_expire_due()
+

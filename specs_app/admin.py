@@ -176,6 +176,12 @@ class GrantAddForm(forms.ModelForm):
             "tool_refs": 'JSON list of "name@version"; [] pins the published versions that need this capability now',
             "reason": "required: why this grant exists (kept in the audit log)",
         }
+        widgets = {
+            "scope_values": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "limits": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "tool_refs": forms.Textarea(attrs={"rows": 2, "cols": 60}),
+            "reason": forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        }
 
     def clean_scope_values(self):
         return [] if self.cleaned_data.get("scope_values") in (None, "") else self.cleaned_data["scope_values"]
@@ -300,6 +306,14 @@ class GrantAdmin(admin.ModelAdmin):
             kwargs["queryset"] = Subject.objects.filter(tenant_id__in=self._tenant_ids(request), is_active=True).select_related("tenant")
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
+    def formfield_for_dbfield(self, db_field, request, **kwargs):
+        formfield = super().formfield_for_dbfield(db_field, request, **kwargs)
+        if db_field.name in ("capability", "tenant", "subject"):
+            # No editing or deleting a tenant/subject/capability from inside the grant form.
+            formfield.widget.can_change_related = formfield.widget.can_delete_related = False
+            formfield.widget.can_view_related = False
+        return formfield
+
     def has_module_permission(self, request):
         return request.user.is_superuser or bool(self._tenant_ids(request))
 
@@ -330,7 +344,7 @@ class GrantAdmin(admin.ModelAdmin):
         editable = ["expires_at", "change_reason"] if obj.revoked_at is None else ["expires_at"]
         return [
             (None, {"fields": ["capability", "tenant", "subject_display", "effect", "status"]}),
-            ("Scope and limits", {"fields": ["scope_kind", "scope_values", "limits", "tool_refs"]}),
+            ("Scope and limits", {"fields": ["scope_kind", "scope_values_display", "limits_display", "tool_refs_display"]}),
             ("Expiry", {"fields": editable}),
             ("Audit", {"fields": ["reason", "granted_by", "created_at", "revoked_at", "revoked_by", "revoke_reason"]}),
         ]
@@ -338,8 +352,8 @@ class GrantAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         if obj is None:
             return []
-        fixed = ["capability", "tenant", "subject_display", "effect", "status", "scope_kind", "scope_values", "limits",
-                 "tool_refs", "reason", "granted_by", "created_at", "revoked_at", "revoked_by", "revoke_reason"]
+        fixed = ["capability", "tenant", "subject_display", "effect", "status", "scope_kind", "scope_values_display",
+                 "limits_display", "tool_refs_display", "reason", "granted_by", "created_at", "revoked_at", "revoked_by", "revoke_reason"]
         return fixed + (["expires_at"] if obj.revoked_at is not None else [])
 
     def get_inlines(self, request, obj):
@@ -357,9 +371,6 @@ class GrantAdmin(admin.ModelAdmin):
         obj.pk, obj.tool_refs, obj.limits, obj.granted_by = grant.pk, grant.tool_refs, grant.limits, grant.granted_by
         obj._state.adding, obj._state.db = False, grant._state.db
 
-    def save_related(self, request, form, formsets, change):
-        pass  # no many-to-many fields; the audit inline is read-only
-
     # --- display ---------------------------------------------------------------------------
     @admin.display(description="subject", ordering="subject__name")
     def subject_display(self, obj):
@@ -370,6 +381,18 @@ class GrantAdmin(admin.ModelAdmin):
         if obj.scope_kind == Grant.ScopeKind.ANY:
             return "any"
         return f"{obj.scope_kind}: {', '.join(obj.scope_values or [])}"
+
+    @admin.display(description="scope values")
+    def scope_values_display(self, obj):
+        return format_html("<code>{}</code>", json.dumps(obj.scope_values, ensure_ascii=False))
+
+    @admin.display(description="limits")
+    def limits_display(self, obj):
+        return format_html("<code>{}</code>", json.dumps(obj.limits, ensure_ascii=False, sort_keys=True))
+
+    @admin.display(description="pinned tool versions")
+    def tool_refs_display(self, obj):
+        return format_html("<code>{}</code>", json.dumps(obj.tool_refs, ensure_ascii=False)) if obj.tool_refs else "any version"
 
     @admin.display(description="status")
     def status(self, obj):

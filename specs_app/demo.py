@@ -4,7 +4,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from .models import ApiToken, Subject, Tenant, ToolSpec
+from .models import ApiToken, Capability, Grant, Subject, Tenant, ToolSpec
 from .services import api_token_issue, token_hash, toolspec_publish
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -34,6 +34,7 @@ DEMO_TOOLSPECS: list[dict] = [
         "required_capabilities": [{"capability": "weather.read", "resource_pointer": "/city"}],
         "timeout_policy": {"attempt_timeout_seconds": 5, "deadline_seconds": 30},
         "result_policy": {"max_bytes": 4096},
+        "executor": {"kind": "python", "callable": "specs_app.demo_tools.weather_forecast"},
     },
     {
         "name": "calendar.create_event",
@@ -62,6 +63,13 @@ DEMO_TOOLSPECS: list[dict] = [
         "timeout_policy": {"attempt_timeout_seconds": 5, "deadline_seconds": 600},
         "retry_policy": {"initial_interval": 1, "backoff_coefficient": 2, "maximum_interval": 30, "maximum_attempts": 5},
         "result_policy": {"max_bytes": 4096},
+        "executor": {
+            "kind": "http", "method": "POST", "url": "{base}/calendar/calendars/{calendar_id}/events",
+            "body_fields": {"title": "/title", "start": "/start", "duration_minutes": "/duration_minutes"},
+            "headers": {"Authorization": "secret:DEMO_CALENDAR_TOKEN"},
+            "idempotency_header": "Idempotency-Key", "resource_id_pointer": "/id",
+            "lookup": {"method": "GET", "url": "{base}/calendar/events/by-key/{idempotency_key}", "found": 200, "absent": 404},
+        },
     },
     {
         "name": "payments.transfer",
@@ -96,6 +104,13 @@ DEMO_TOOLSPECS: list[dict] = [
         "confirmation_policy": {"required": True, "expires_seconds": 900},
         "timeout_policy": {"attempt_timeout_seconds": 5, "deadline_seconds": 600},
         "result_policy": {"max_bytes": 4096},
+        # No idempotency support on the remote side: an unknown outcome waits for a human.
+        "executor": {
+            "kind": "http", "method": "POST", "url": "{base}/payments/transfers",
+            "body_fields": {"to_account": "/to_account", "amount_minor": "/amount/amount_minor",
+                            "currency": "/amount/currency", "memo": "/memo"},
+            "resource_id_pointer": "/id",
+        },
     },
     {
         "name": "web.fetch",
@@ -114,7 +129,17 @@ DEMO_TOOLSPECS: list[dict] = [
         "required_capabilities": [{"capability": "web.read", "resource_pointer": "/url"}],
         "timeout_policy": {"attempt_timeout_seconds": 10, "deadline_seconds": 60},
         "result_policy": {"max_bytes": 2048},
+        "executor": {"kind": "http", "method": "GET", "url": "{url}", "untrusted_pointers": ["/text"]},
     },
+]
+
+
+# capability, operation class, scope kind, scope values, effect, limits
+DEMO_GRANTS = [
+    ("weather.read", "read", "any", [], "allow", {"calls_per_minute": 60}),
+    ("calendar.write", "create", "exact", ["primary", "work"], "allow", {}),
+    ("payments.transfer", "create", "any", [], "confirm", {"max_amount_per_call": 50_000}),
+    ("web.read", "read", "domain_suffix", ["127.0.0.1", "localhost"], "allow", {}),
 ]
 
 
@@ -131,6 +156,13 @@ def load_demo(*, token: str | None = None, admin_password: str | None = None, ad
         spec, created = ToolSpec.objects.get_or_create(name=spec_data["name"], version=1, defaults=spec_data)
         if spec.status == ToolSpec.Status.DRAFT:
             toolspec_publish(spec=spec)
+    for name, op, scope_kind, scope_values, effect, limits in DEMO_GRANTS:
+        capability, _ = Capability.objects.get_or_create(name=name, defaults={"operation_class": op})
+        if not Grant.objects.filter(tenant=tenant, subject=subject, capability=capability, revoked_at__isnull=True).exists():
+            Grant.objects.create(
+                capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values,
+                effect=effect, limits=limits, reason="demo data (load_demo)",
+            )
     issued = None
     if token:
         if not ApiToken.objects.filter(token_hash=token_hash(token)).exists():

@@ -114,6 +114,8 @@ def api_token_revoke(*, token: ApiToken) -> None:
 def grant_tenants_for_user(*, user) -> QuerySet[Tenant]:
     """Tenants in which ``user`` may grant and revoke: all for superusers (and holders of the
     model-wide permission), else those where they hold ``manage_grants_tenant`` (guardian)."""
+    if not (user.is_authenticated and user.is_active):  # guardian has no anonymous user here
+        return Tenant.objects.none()
     return get_objects_for_user(user, "specs_app.manage_grants_tenant", klass=Tenant)
 
 
@@ -164,6 +166,9 @@ def grant_validate(*, capability, tenant, subject, scope_kind, scope_values, lim
         errors["effect"] = f"effect must be one of {', '.join(GRANT_EFFECTS)}"
     if not isinstance(tool_refs, list):
         errors["tool_refs"] = 'a JSON list of "name@version" strings'
+    elif not tool_refs and not grant_current_tool_refs(capability=capability):
+        # Empty means "pin the current versions"; with none to pin it would silently mean "any".
+        errors["tool_refs"] = f"no published tool needs {capability.name} yet: name the tool versions explicitly"
     else:
         for ref in tool_refs:
             try:

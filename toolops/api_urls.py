@@ -13,4 +13,6 @@ urlpatterns = [
     path("invocations/<str:invocation_id>", inv.InvocationDetailView.as_view(), name="invocation-detail"),
     path("invocations/<str:invocation_id>/events", inv.InvocationEventsView.as_view(), name="invocation-events"),
     path("invocations/<str:invocation_id>/cancel", inv.InvocationCancelView.as_view(), name="invocation-cancel"),
+    path("invocations/<str:invocation_id>/tool-message", inv.InvocationToolMessageView.as_view(), name="invocation-tool-message"),
+    path("invocations/<str:invocation_id>/result", inv.InvocationResultView.as_view(), name="invocation-result"),
 ]

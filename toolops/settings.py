@@ -6,6 +6,7 @@ Defaults give a self-contained console (SQLite file, a filesystem Celery broker 
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -145,7 +146,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["invocations_app.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["toolops.api_parsers.DepthLimitedJSONParser"],
     "EXCEPTION_HANDLER": "invocations_app.api_errors.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": None,
@@ -179,7 +180,12 @@ if CELERY_BROKER_URL == "filesystem://":
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
+# One queue name per deployment (tests use their own so stale messages never cross runs).
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("TOOLOPS_QUEUE", "toolops")
 CELERY_TIMEZONE = "UTC"
+
+# A proposal's arguments may be 1 MiB, sent base64-encoded inside a JSON envelope.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
 # --- ToolOps --------------------------------------------------------------------------
 TOOLOPS_PARSER_MAX_BYTES = env_int("TOOLOPS_PARSER_MAX_BYTES", 1024 * 1024)
@@ -197,5 +203,40 @@ LOGGING = {
 CELERY_BEAT_SCHEDULE = {
     # Expiry also happens on access (API reads, the queue page); this catches the rest.
     "expire-confirmations": {"task": "invocations.confirmations_expire_due", "schedule": 30.0},
+    # Retries live in the database (next_attempt_at); this re-enqueues the due ones.
+    "enqueue-due-executions": {"task": "invocations.enqueue_due", "schedule": 2.0},
+    "reconcile-unknown-outcomes": {"task": "invocations.reconcile", "schedule": 5.0},
 }
+# See invocations_app/tasks.py for why: late acks + redelivery on worker loss, and a
+# visibility timeout far above any countdown we hand the broker (<= 60 s).
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+if CELERY_BROKER_URL.startswith("redis"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# Celery's Django fixup closes a connection after a task only when it is unusable or older
+# than CONN_MAX_AGE, so workers keep theirs (BASELINES.md: ~220 → ~715 tasks/s).
+
+TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
+
+
+def _tool_secrets() -> dict:
+    """Credentials executors send to tools; never in a ToolSpec, an event or a tool message."""
+    raw = os.environ.get("TOOLOPS_TOOL_SECRETS")
+    if raw:
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            raise ImproperlyConfigured("TOOLOPS_TOOL_SECRETS must be a JSON object") from None
+        if not isinstance(value, dict):
+            raise ImproperlyConfigured("TOOLOPS_TOOL_SECRETS must be a JSON object")
+        return value
+    path = VAR_DIR / "tool_secrets.json"
+    if not path.exists():
+        path.write_text(json.dumps({"DEMO_CALENDAR_TOKEN": "demo-cal-" + secrets.token_urlsafe(18)}))
+        path.chmod(0o600)
+    return json.loads(path.read_text())
+
+
+TOOLOPS_TOOL_SECRETS = _tool_secrets()
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")

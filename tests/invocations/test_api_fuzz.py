@@ -12,7 +12,6 @@ import itertools
 import json
 
 import pytest
-from django.conf import settings as django_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,8 +21,6 @@ from toolops.runtime.parser import ParseRejected, parse_strict
 pytestmark = pytest.mark.django_db
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-ON_POSTGRES = django_settings.DATABASES["default"]["ENGINE"].endswith("postgresql")
 
 # Where admission of a read-only tool settles (SPEC §2): a rejection terminal, or AUTHORIZED.
 ADMISSION_OUTCOMES = {"PARSE_REJECTED", "VALIDATION_REJECTED", "AUTHORIZED", "AUTHORIZATION_REJECTED"}
@@ -83,7 +80,7 @@ def _assert_problem(resp) -> None:
 
 # JSON text the weather schema may or may not accept, so fuzzing also reaches the later layers.
 _FIELD_VALUES = st.one_of(
-    st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12),
+    st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12),
     st.sampled_from(["2026-07-20", "tomorrow", "today", "next monday", "in 3 days", "2026-02-30", "Paris", " Paris "]),
     st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1),
     st.floats(allow_nan=False, allow_infinity=False),
@@ -101,10 +98,9 @@ ARGUMENT_BYTES = st.one_of(
     _WEATHERISH.map(lambda s: s.encode("utf-8")),
     _MUTATED,
 )
-# Text a JSON request body can carry in a DRF CharField: no NUL, no lone surrogate (both are
-# covered by the explicit tests at the bottom).
-SAFE_TEXT = st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"))
-ARGUMENT_TEXT = st.one_of(SAFE_TEXT, _WEATHERISH)
+# Any text at all, NUL and lone surrogates included: the raw string is evidence, kept as sent.
+ANY_TEXT = st.text(alphabet=st.characters(exclude_categories=()))
+ARGUMENT_TEXT = st.one_of(ANY_TEXT, _WEATHERISH)
 NAMES = st.one_of(
     st.text(alphabet=st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1, max_size=500),
     st.sampled_from(sorted(VISIBLE_NAMES)),
@@ -184,13 +180,17 @@ def test_it_agrees_with_the_strict_parser_on_every_byte_string(agent, call, raw)
 @FUZZ
 @given(text=ARGUMENT_TEXT)
 def test_it_records_arbitrary_argument_text_as_its_utf8_bytes(agent, call, text):
+    """Lone surrogates become their (invalid) UTF-8 bytes and the parser rejects them: recorded, not a 400."""
     pid = _pid("text")
+    expected = text.encode("utf-8", "surrogatepass")
     resp = _post(agent, call, {"proposal_id": pid, "name": "weather.get_forecast@1", "arguments": text})
     assert resp.status_code == 201, (resp.status_code, resp.content[:300])
     inv = resp.json()
     assert inv["state"] in ADMISSION_OUTCOMES
-    assert base64.b64decode(inv["proposal"]["arguments_bytes_b64"]) == text.encode("utf-8")
-    assert _stored_bytes(call, pid) == text.encode("utf-8")
+    assert base64.b64decode(inv["proposal"]["arguments_bytes_b64"]) == expected
+    assert _stored_bytes(call, pid) == expected
+    if _expected_parse(expected) is not None:
+        assert inv["state"] == "PARSE_REJECTED"
 
 
 @FUZZ
@@ -256,33 +256,15 @@ def test_it_answers_any_request_body_bytes_with_a_problem_or_a_proposal(agent, c
         _assert_problem(resp)
 
 
-# --------------------------------------------------------------------------- found by fuzzing
+# --------------------------------------------------------------------------- edges found while fuzzing (regressions)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a deeply nested request body makes DRF's JSONParser raise RecursionError (it only maps "
-        "ValueError to ParseError), so the API answers 500 instead of a 400 problem+json; "
-        "REST_FRAMEWORK.DEFAULT_PARSER_CLASSES in toolops/settings.py uses the stock JSONParser"
-    ),
-)
 @pytest.mark.parametrize("raw", ["[" * 100_000 + "]" * 100_000, '{"a":' * 5_000 + "1" + "}" * 5_000])
 def test_it_answers_a_hostile_deeply_nested_body_with_a_problem(agent, call, raw):
     resp = _post_raw(agent, call, raw)
     _assert_problem(resp)
 
 
-@pytest.mark.xfail(
-    condition=ON_POSTGRES,
-    strict=True,
-    reason=(
-        "BUG (PostgreSQL only): JSON with a \\u0000 escape is valid and accepted by the strict parser, but "
-        "jsonb cannot hold U+0000: invocations_app/services.py _apply_plan "
-        "(Proposal.objects.filter(...).update(parsed=plan.parsed), and later normalized_arguments/validation) "
-        "raises DataError 'unsupported Unicode escape sequence' -> 500, and the proposal is not recorded"
-    ),
-)
 @pytest.mark.parametrize("arguments", ['{"city": "\\u0000", "date": "2026-07-20"}', '["\\u0000"]', '{"\\u0000": 1}'])
 def test_it_records_arguments_with_an_escaped_nul(agent, call, arguments):
     pid = _pid("nul_escape")
@@ -292,34 +274,25 @@ def test_it_records_arguments_with_an_escaped_nul(agent, call, arguments):
     assert _stored_bytes(call, pid) == arguments.encode()
 
 
-@pytest.mark.xfail(
-    condition=ON_POSTGRES,
-    strict=True,
-    reason=(
-        "BUG (PostgreSQL only): the Idempotency-Key header is passed through unchecked (invocations_app/api.py "
-        "ProposalCreateView.post) into Invocation.idempotency_key (max_length=255); a longer key raises "
-        "DataError 'value too long for type character varying(255)' -> 500 instead of a 400 problem "
-        "(SQLite stores the whole key)"
-    ),
-)
-def test_it_answers_an_over_long_idempotency_key_without_a_server_error(agent, call):
+def test_it_answers_an_over_long_idempotency_key_with_a_problem(agent, call):
+    """Invocation.idempotency_key is varchar(255): a longer header is a 4xx, never a DataError 500."""
     resp = _post(
         agent, call, {"proposal_id": _pid("longkey"), "name": "weather.get_forecast@1", "arguments": GOOD_ARGS},
-        HTTP_IDEMPOTENCY_KEY="k" * 300,
+        HTTP_IDEMPOTENCY_KEY="k" * 256,
     )
-    assert resp.status_code < 500
+    _assert_problem(resp)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: ProposalIn.arguments / FunctionIn.arguments are DRF CharFields (invocations_app/serializers.py "
-        "lines 42 and 63), which add ProhibitSurrogateCharactersValidator, so a lone surrogate in the model's "
-        "raw string is a 400 malformed_request and the proposal is never recorded — contrary to the comment at "
-        "serializers.py:55 ('surrogatepass keeps a lone surrogate ... the strict parser then rejects them as "
-        "invalid UTF-8 instead of the request failing here') and to API.md (pipeline rejections are recorded states)"
-    ),
-)
+def test_it_keeps_an_idempotency_key_of_255_characters_exactly(agent, call):
+    key = "k" * 254 + "!"
+    resp = _post(
+        agent, call, {"proposal_id": _pid("key255"), "name": "weather.get_forecast@1", "arguments": GOOD_ARGS},
+        HTTP_IDEMPOTENCY_KEY=key,
+    )
+    assert resp.status_code == 201, resp.content[:300]
+    assert resp.json()["idempotency_key"] == key
+
+
 def test_it_records_a_lone_surrogate_in_argument_text_as_parse_rejected(agent, call):
     pid = _pid("surrogate")
     resp = _post(agent, call, {"proposal_id": pid, "name": "weather.get_forecast@1", "arguments": '{"city": "\ud800"}'})
@@ -330,14 +303,6 @@ def test_it_records_a_lone_surrogate_in_argument_text_as_parse_rejected(agent, c
     assert _stored_bytes(call, pid) == '{"city": "\ud800"}'.encode("utf-8", "surrogatepass")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: same root cause — DRF CharField's ProhibitNullCharactersValidator turns a raw U+0000 in "
-        "'arguments' into a 400 malformed_request; the model's raw string is not recorded as a PARSE_REJECTED "
-        "proposal (API.md: rejections by the pipeline are recorded states, not HTTP errors)"
-    ),
-)
 def test_it_records_a_raw_nul_in_argument_text_as_parse_rejected(agent, call):
     pid = _pid("raw_nul")
     resp = _post(agent, call, {"proposal_id": pid, "name": "weather.get_forecast@1", "arguments": '{"city": "a\x00"}'})

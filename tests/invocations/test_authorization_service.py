@@ -126,9 +126,9 @@ def test_it_rejects_a_call_without_a_grant_with_no_grant(weather):
 
 def test_it_neither_uses_nor_leaks_another_tenants_grant_for_the_same_capability(weather):
     agent = new_agent()
-    stranger = make_subject(tenant=make_tenant())
+    stranger = make_subject(tenant=make_tenant(slug="zz-foreign-tenant-b"))
     secret_scope = ["Paris", "zz-secret-scope-of-tenant-b"]
-    foreign = make_grant(subject=stranger, scope_kind="exact", scope_values=secret_scope, limits={"calls_per_minute": 777})
+    foreign = make_grant(subject=stranger, scope_kind="exact", scope_values=secret_scope, limits={"calls_per_minute": 987654321})
     run_id = agent.run()["id"]
     call = agent.model_call(run_id, tools=["weather.get_forecast@1"])
     resp = agent.propose(call["id"], name="weather.get_forecast@1", arguments=WEATHER_ARGS)
@@ -142,7 +142,7 @@ def test_it_neither_uses_nor_leaks_another_tenants_grant_for_the_same_capability
         assert foreign.pk.hex.encode() not in body
         assert b"zz-secret-scope-of-tenant-b" not in body
         assert stranger.tenant.slug.encode() not in body
-        assert b"777" not in body
+        assert b"987654321" not in body
     # Not even the internal record of the decision mentions it.
     stored = Invocation.objects.get(pk=inv["id"]).authorization
     assert str(foreign.pk) not in json.dumps(stored)

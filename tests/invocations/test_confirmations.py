@@ -259,15 +259,6 @@ def test_it_refuses_to_approve_a_confirmation_past_its_expiry_that_the_sweeper_h
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: invocations_app/confirmations.py _claim() expires a pending-but-overdue confirmation 'on access' "
-        "(confirmation_expire) and then raises AlreadyDecided inside confirmation_approve's/confirmation_deny's "
-        "transaction.atomic(), so the expiry is rolled back: the confirmation stays 'pending' and the invocation "
-        "AUTHORIZED although the error said 'already expired'"
-    ),
-)
 def test_it_keeps_the_expiry_it_records_when_an_overdue_confirmation_is_approved(session, alice):
     inv = session.propose(ARGS_A)
     confirmation = pending_for(inv)

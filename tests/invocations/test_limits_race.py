@@ -91,7 +91,7 @@ class World:
         for _ in range(n):
             proposal = Proposal.objects.create(
                 model_call=self.call, proposal_id=f"race_{uuid.uuid4().hex}", name=self.spec.ref,
-                arguments_bytes=json.dumps(arguments).encode(), parsed=arguments, span_id="b" * 16,
+                arguments_bytes=json.dumps(arguments).encode(), span_id="b" * 16,
             )
             out.append(Invocation.objects.create(
                 proposal=proposal, run=self.run, model_call=self.call, tenant=self.subject.tenant, subject=self.subject,
@@ -286,16 +286,8 @@ def two_capability_tool():
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: invocations_app/authorization.py _decide()/_reserve(): when one grant of a multi-capability call loses "
-        "its reservation, the units already reserved on the other grants are neither released nor reused; the "
-        "re-run reserves them again, so a call that a spare grant could serve is denied (run_call_limit) and the "
-        "first grant is charged twice"
-    ),
-)
 def test_it_serves_a_call_from_a_spare_grant_without_charging_the_other_capability_twice(counter):
+    """Regression: a lost reservation on one grant used to leave (and then double) the units on the others."""
     world = World(two_capability_tool())
     world.grant({"calls_per_run": 2})  # ledger.spend: room for both calls below
     first_id, second_id = sorted((uuid.uuid4() for _ in range(2)), key=str)
@@ -308,14 +300,8 @@ def test_it_serves_a_call_from_a_spare_grant_without_charging_the_other_capabili
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: invocations_app/authorization.py _reserve(): a denied multi-capability call keeps the units it "
-        "reserved on the grants that did have room, so denied calls use up another grant's per-run quota"
-    ),
-)
 def test_it_does_not_charge_a_denied_call_to_the_grant_that_had_room(counter):
+    """Regression: a denied multi-capability call used to keep the units it had reserved elsewhere."""
     world = World(two_capability_tool())
     spend = world.grant({"calls_per_run": 2})
     make_grant(subject=world.subject, capability="ledger.notify", operation_class="create", limits={"calls_per_run": 1})
@@ -328,15 +314,8 @@ def test_it_does_not_charge_a_denied_call_to_the_grant_that_had_room(counter):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: invocations_app/authorization.py _decide(): a grant that loses its reservation is re-evaluated with "
-        "EXHAUSTED usage, so the denial lists every counting limit of the grant (here run_call_limit) instead of "
-        "the failures counter.reserve() actually returned (only rate_limited)"
-    ),
-)
 def test_it_gives_only_the_limit_that_was_hit_as_the_reason(counter):
+    """Regression: a lost reservation used to be reported as every counting limit of the grant."""
     world = World(spend_tool())
     world.grant({"calls_per_minute": 1, "calls_per_run": 100})
     one, two = world.validated(2)
@@ -344,3 +323,73 @@ def test_it_gives_only_the_limit_that_was_hit_as_the_reason(counter):
     denied = invocation_authorize(invocation=two, counter=counter)
     assert denied.state == State.AUTHORIZATION_REJECTED
     assert reason_codes(denied) == {"rate_limited"}
+
+
+@pytest.mark.django_db
+def test_it_gives_a_released_unit_back_to_the_next_caller(counter):
+    world = World(spend_tool())
+    grant = world.grant({"calls_per_run": 1, "calls_per_minute": 1, "max_amount_per_window": AMOUNT, "amount_window_seconds": 60})
+    snap, run = world.snapshot(grant), world.run
+    a, b = world.validated(2)
+    now = timezone.now()
+    assert counter.reserve(grant=snap, run_id=run.pk, invocation_id=a.pk, amount=AMOUNT, now=now) == []
+    assert counter.reserve(grant=snap, run_id=run.pk, invocation_id=b.pk, amount=AMOUNT, now=now) == [
+        "rate_limited", "run_call_limit", "amount_over_window_limit"
+    ]
+    counter.release(grant=snap, run_id=run.pk, invocation_id=a.pk, amount=AMOUNT)
+    assert counter.reserve(grant=snap, run_id=run.pk, invocation_id=b.pk, amount=AMOUNT, now=now) == []
+
+
+# --- a re-posted proposal never spends a unit ------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_it_spends_no_unit_for_a_replayed_proposal():
+    from rest_framework.test import APIClient
+
+    from tests.builders import Agent, make_token
+
+    spec = spend_tool()
+    subject, token = make_token()
+    make_grant(subject=subject, capability="ledger.spend", operation_class="create", limits={"calls_per_run": 2})
+    agent = Agent(APIClient(), token)
+    run = agent.run()
+    call = agent.model_call(run["id"], tools=[spec.ref])
+    body = '{"account": "acct_1", "amount_minor": 1}'
+    first = agent.propose(call["id"], name=spec.ref, arguments=body, proposal_id="call_1")
+    again = agent.propose(call["id"], name=spec.ref, arguments=body, proposal_id="call_1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    second = agent.propose(call["id"], name=spec.ref, arguments=body, proposal_id="call_2")
+    assert (first.json()["state"], second.json()["state"]) == ("PREPARED", "PREPARED")
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: invocations_app/services.py proposal_admit(): units of counting limits are reserved in "
+        "_authorize_admitted() (after the _raise_if_replayed check) before record_admission() INSERTs the proposal; "
+        "when that INSERT loses the unique (model_call, proposal_id) race, the IntegrityError branch returns the "
+        "existing invocation without counter.release(), so a concurrently re-posted proposal spends a unit"
+    ),
+)
+def test_it_spends_no_unit_for_a_proposal_that_loses_the_insert_race(monkeypatch):
+    """Two posts of one proposal both pass the replay check; the one that loses the INSERT must give its unit back.
+
+    The interleaving is reproduced deterministically: the second post's replay check runs "before the
+    first post's row exists" (patched to see nothing), so it reserves, then hits the unique constraint.
+    """
+    from invocations_app import services as svc
+
+    spec = spend_tool()
+    world = World(spec)
+    world.grant({"calls_per_run": 2})
+    body = b'{"account": "acct_1", "amount_minor": 1}'
+    first, created = svc.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_1", name=spec.ref, arguments_bytes=body)
+    assert created and first.state == State.PREPARED
+    monkeypatch.setattr(svc, "_raise_if_replayed", lambda *args, **kwargs: None)
+    again, created = svc.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_1", name=spec.ref, arguments_bytes=body)
+    assert not created and again.pk == first.pk
+    monkeypatch.undo()
+    second, _ = svc.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_2", name=spec.ref, arguments_bytes=body)
+    assert second.state == State.PREPARED, second.authorization["reasons"]  # 2 real calls against calls_per_run=2

@@ -84,6 +84,15 @@ def admit(
         )
     plan.steps.append(Step(State.PARSED, "parsed", {"type": type(plan.parsed).__name__}))
 
+    if _contains_nul(plan.parsed):
+        # Valid JSON, but U+0000 is refused before anything stores or forwards it: C-string
+        # APIs truncate at it and PostgreSQL's jsonb cannot hold it.
+        return plan.reject(
+            State.VALIDATION_REJECTED, "validation_rejected", code="validation_rejected",
+            message="a string or member name contains U+0000, which ToolOps never forwards to a tool",
+            detail={"layer": "semantic", "reason": "nul_character"},
+        )
+
     if tool is None:
         return plan.reject(
             State.VALIDATION_REJECTED,
@@ -136,3 +145,19 @@ def _validate_and_normalize(plan: AdmissionPlan, *, tool: ToolView, tenant: str,
         )
     plan.steps.append(Step(State.VALIDATED, "validated", {"digest": plan.digest}))
     return plan
+
+
+def _contains_nul(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            if any("\x00" in key for key in item):
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -71,7 +71,7 @@ def parse_strict(data: bytes, limits: ParserLimits = DEFAULT_LIMITS) -> Any:
         raise ParseRejected("invalid_utf8", f"not valid UTF-8 ({exc.reason})", exc.start) from None
     if not text.strip(_WHITESPACE):
         raise ParseRejected("empty", "no JSON value", 0)
-    _check_depth(text, limits.max_depth)
+    check_depth(text, limits.max_depth)
     try:
         value = _DECODER.decode(text)
     except ParseRejected:
@@ -85,7 +85,7 @@ def parse_strict(data: bytes, limits: ParserLimits = DEFAULT_LIMITS) -> Any:
     return value
 
 
-def _check_depth(text: str, max_depth: int) -> None:
+def check_depth(text: str, max_depth: int) -> None:
     """Reject nesting deeper than ``max_depth`` without recursion (brackets inside strings skipped)."""
     if text.count("[") + text.count("{") <= max_depth:
         return  # cannot be deeper than the number of openers

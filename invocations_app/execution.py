@@ -1,0 +1,286 @@
+"""Carry invocations through EXECUTING to an honest end (SPEC §7–§10).
+
+The worker's life of one attempt:
+
+1. **claim** (one short transaction, row locked): move the invocation into EXECUTING (or take
+   its next due retry) and open an ``Attempt``. A duplicate delivery finds nothing to claim
+   and exits. An attempt that is still open when a redelivery arrives belonged to a worker
+   that died: ``recover_abandoned`` decides what it means (see there).
+2. **send** (no transaction): re-check cancel, digest and deadline, stamp ``sent_at`` (from
+   here on the tool may act), call the executor.
+3. **record** (one transaction per step): committed → COMMITTED → OBSERVED with the tool
+   message; a failure goes through the pure retry decision: retry (the *database* holds the
+   next attempt time), reconcile (OUTCOME_UNKNOWN), or stop (FAILED_BEFORE_COMMIT).
+"""
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from toolops.runtime.execution import Commit, ExecutionOutcome
+from toolops.runtime.retry import Action, RetryPolicy, decide_retry
+from toolops.runtime.states import State
+from toolops.runtime.tracecontext import new_span_id
+
+from . import executors
+from .models import Attempt, Confirmation, Invocation
+from .results import invocation_finish_with_message
+from .services import event_append, invocation_transition
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ATTEMPT_TIMEOUT = 10.0
+# An open attempt older than its timeout plus this grace belongs to a worker that is gone.
+ABANDON_GRACE = timedelta(seconds=5)
+WORKER = socket.gethostname()
+
+
+def attempt_timeout(invocation: Invocation) -> float:
+    return float((invocation.tool_spec.timeout_policy or {}).get("attempt_timeout_seconds", DEFAULT_ATTEMPT_TIMEOUT))
+
+
+def retry_policy(invocation: Invocation) -> RetryPolicy:
+    return RetryPolicy.from_dict(invocation.tool_spec.retry_policy or None)
+
+
+# --- 1. claim -------------------------------------------------------------------------------
+
+def _claimable_src(inv: Invocation, now: datetime) -> str | None:
+    """The state to claim from, or None when this delivery has nothing to do."""
+    if inv.state == State.PREPARED:
+        return State.PREPARED
+    if inv.state == State.AUTHORIZED and inv.tool_spec.side_effect_class == "read_only":
+        pending = inv.confirmations.filter(state=Confirmation.Status.PENDING).exists()
+        needs = (inv.authorization or {}).get("decision") == "confirm"
+        approved = inv.confirmations.filter(state=Confirmation.Status.APPROVED).exists()
+        return State.AUTHORIZED if not pending and (approved or not needs) else None
+    due = inv.next_attempt_at is not None and inv.next_attempt_at <= now
+    if inv.state == State.EXECUTING and due:
+        return State.EXECUTING
+    if inv.state == State.OUTCOME_UNKNOWN and due and inv.tool_spec.side_effect_class == "write_idempotent":
+        return State.OUTCOME_UNKNOWN  # re-send with the same key after a lookup proved absence
+    return None
+
+
+def execution_claim(*, invocation_id, resend: bool = False) -> tuple[Invocation, Attempt] | None:
+    """Claim the next attempt of an invocation, or None (duplicate delivery, not ready, over)."""
+    now = timezone.now()
+    with transaction.atomic():
+        inv = Invocation.objects.select_for_update(of=("self",)).select_related("tool_spec").get(pk=invocation_id)
+        src = _claimable_src(inv, now)
+        if src is None or (src == State.OUTCOME_UNKNOWN and not resend):
+            return None
+        number = inv.attempt_count + 1
+        span = new_span_id()
+        if src == State.EXECUTING:
+            Invocation.objects.filter(pk=inv.pk).update(attempt_count=number, next_attempt_at=None)
+            inv.attempt_count, inv.next_attempt_at = number, None
+        else:
+            invocation_transition(
+                invocation=inv, src=src, dst=State.EXECUTING, kind="execution_started",
+                data={"attempt": number, "resend_same_key": src == State.OUTCOME_UNKNOWN},
+                fields={"attempt_count": number, "next_attempt_at": None},
+            )
+        attempt = Attempt.objects.create(invocation=inv, number=number, span_id=span, worker=WORKER, started_at=now)
+        event_append(invocation=inv, kind="attempt_started", data={"attempt": number, "attempt_id": span}, span_id=span)
+    return inv, attempt
+
+
+def open_attempt(invocation: Invocation) -> Attempt | None:
+    return invocation.attempts.filter(ended_at__isnull=True).order_by("-number").first()
+
+
+# --- 2. send ----------------------------------------------------------------------------------
+
+def execution_run(*, invocation: Invocation, attempt: Attempt) -> Invocation:
+    """Send the claimed attempt (outside any transaction) and record what happened."""
+    refusal = _refusal_before_send(invocation)
+    if refusal:
+        return _stop_before_send(invocation, attempt, *refusal)
+    Attempt.objects.filter(pk=attempt.pk).update(sent_at=timezone.now())
+    ctx = executors.AttemptContext(
+        invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
+        side_effect_class=invocation.tool_spec.side_effect_class, attempt=attempt.number,
+        idempotency_key=invocation.idempotency_key,
+        traceparent=f"00-{invocation.trace_id}-{attempt.span_id}-01",
+        timeout_seconds=attempt_timeout(invocation),
+    )
+    logger.info("attempt %s of %s sent", attempt.number, invocation.tool_ref,
+                extra={"trace_id": invocation.trace_id, "span_id": attempt.span_id})
+    try:
+        outcome = executors.execute(config=invocation.tool_spec.executor or {}, arguments=invocation.normalized_arguments, ctx=ctx)
+    except Exception as exc:  # noqa: BLE001 - an executor bug must still end the attempt honestly
+        logger.exception("executor raised", extra={"trace_id": invocation.trace_id, "span_id": attempt.span_id})
+        unknown = invocation.tool_spec.side_effect_class != "read_only"
+        outcome = ExecutionOutcome(
+            commit=Commit.UNKNOWN if unknown else Commit.NOT_APPLICABLE, failure_class="timeout_unknown",
+            error={"code": "executor_error", "message": type(exc).__name__},
+        )
+    return execution_record(invocation=invocation, attempt=attempt, outcome=outcome)
+
+
+def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
+    inv.refresh_from_db(fields=["cancel_requested_at", "digest", "deadline"])
+    if inv.cancel_requested_at:
+        return "cancelled", "cancelled before the request was sent"
+    approved = inv.confirmations.filter(state=Confirmation.Status.APPROVED).order_by("-decided_at").first()
+    if approved and approved.digest != inv.digest:
+        return "digest_mismatch", "the confirmed digest differs from the invocation's"
+    if inv.deadline and timezone.now() >= inv.deadline:
+        return "deadline_exceeded", "the deadline passed before the request was sent"
+    return None
+
+
+def _stop_before_send(inv: Invocation, attempt: Attempt, code: str, message: str) -> Invocation:
+    _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"error": code})
+    return invocation_finish_with_message(
+        invocation=inv, src=State.EXECUTING, dst=State.FAILED_BEFORE_COMMIT, kind=code,
+        status="error", error={"code": code, "message": message}, commit_status=Commit.NOT_COMMITTED,
+    )
+
+
+# --- 3. record ------------------------------------------------------------------------------
+
+def _close_attempt(attempt: Attempt, *, commit: str, failure_class: str | None, outcome: dict, decision: dict | None = None) -> None:
+    Attempt.objects.filter(pk=attempt.pk).update(
+        ended_at=timezone.now(), commit=commit, failure_class=failure_class or "", outcome=outcome, decision=decision or {}
+    )
+
+
+def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
+    """Record one attempt's outcome by transition (or by scheduling the next attempt)."""
+    side_effect = invocation.tool_spec.side_effect_class
+    if outcome.ok:
+        _close_attempt(attempt, commit=outcome.commit, failure_class=None, outcome=outcome.to_dict())
+        return _succeed(invocation, outcome)
+    decision = decide_retry(
+        failure_class=outcome.failure_class, side_effect_class=side_effect, attempt=attempt.number,
+        policy=retry_policy(invocation), now=timezone.now(), deadline=invocation.deadline,
+        retry_after_seconds=outcome.retry_after_seconds,
+    )
+    _close_attempt(attempt, commit=outcome.commit, failure_class=outcome.failure_class, outcome=outcome.to_dict(), decision=decision.to_dict())
+    event_append(invocation=invocation, kind="attempt_ended",
+                 data={"attempt": attempt.number, "outcome": outcome.to_dict(), "decision": decision.to_dict()}, span_id=attempt.span_id)
+    invocation.refresh_from_db(fields=["cancel_requested_at"])
+    if outcome.commit == Commit.UNKNOWN or decision.action == Action.RECONCILE:
+        return _unknown(invocation, outcome)
+    if decision.action in (Action.RETRY_NOW, Action.RETRY_AFTER) and not invocation.cancel_requested_at:
+        return _schedule_retry(invocation, decision)
+    code = "cancelled" if invocation.cancel_requested_at else (outcome.error or {}).get("code") or decision.reason
+    if decision.reason == "deadline":
+        code = "deadline_exceeded"
+    return invocation_finish_with_message(
+        invocation=invocation, src=State.EXECUTING, dst=State.FAILED_BEFORE_COMMIT, kind="failed_before_commit",
+        status="error", error={**(outcome.error or {}), "code": code}, commit_status=Commit.NOT_COMMITTED,
+        data={"decision": decision.to_dict()},
+    )
+
+
+def _succeed(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:
+    if outcome.commit == Commit.COMMITTED:
+        invocation_transition(
+            invocation=inv, src=State.EXECUTING, dst=State.COMMITTED, kind="committed",
+            data={"external_resource_id": outcome.external_resource_id},
+            fields={"commit_status": Commit.COMMITTED, "external_resource_id": outcome.external_resource_id or ""},
+        )
+        src = State.COMMITTED
+    else:
+        src = State.EXECUTING
+    return invocation_finish_with_message(
+        invocation=inv, src=src, dst=State.OBSERVED, kind="observed", status="ok", value=outcome.value,
+        commit_status=outcome.commit, external_resource_id=outcome.external_resource_id,
+        untrusted_text_pointers=outcome.untrusted_text_pointers,
+    )
+
+
+def _unknown(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:
+    reconcile_at = timezone.now() + timedelta(seconds=1)
+    invocation_transition(
+        invocation=inv, src=State.EXECUTING, dst=State.OUTCOME_UNKNOWN, kind="outcome_unknown",
+        data={"error": outcome.error, "reconcile": inv.tool_spec.side_effect_class == "write_idempotent"},
+        fields={"commit_status": Commit.UNKNOWN, "error_code": "outcome_unknown",
+                "error_message": "the tool may have acted; the outcome is being reconciled",
+                # write_idempotent: the reconciliation task looks the key up from this time on.
+                "next_attempt_at": reconcile_at if inv.tool_spec.side_effect_class == "write_idempotent" else None},
+    )
+    return inv
+
+
+def _schedule_retry(inv: Invocation, decision) -> Invocation:
+    due = timezone.now() + timedelta(seconds=decision.delay_seconds)
+    Invocation.objects.filter(pk=inv.pk, state=State.EXECUTING).update(next_attempt_at=due)
+    event_append(invocation=inv, kind="retry_scheduled", data={**decision.to_dict(), "due_at": due.isoformat()})
+    from .tasks import enqueue_execution
+
+    enqueue_execution(inv.pk, countdown=decision.delay_seconds)
+    return inv
+
+
+# --- worker death and reconciliation -----------------------------------------------------------
+
+def recover_abandoned(*, invocation: Invocation, attempt: Attempt) -> Invocation:
+    """An attempt that started and never ended: its worker died.
+
+    Never sent → nothing happened, retry. Sent → the tool may have acted: a read is simply
+    retried; any write becomes OUTCOME_UNKNOWN (write_idempotent is then reconciled by
+    lookup; write_unsafe waits for a human) — never a blind second call.
+    """
+    if attempt.sent_at is None or invocation.tool_spec.side_effect_class == "read_only":
+        _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"abandoned": True})
+        event_append(invocation=invocation, kind="attempt_abandoned", data={"attempt": attempt.number, "sent": bool(attempt.sent_at)})
+        Invocation.objects.filter(pk=invocation.pk, state=State.EXECUTING).update(next_attempt_at=timezone.now())
+        return invocation
+    _close_attempt(attempt, commit=Commit.UNKNOWN, failure_class="timeout_unknown", outcome={"abandoned": True})
+    event_append(invocation=invocation, kind="attempt_abandoned", data={"attempt": attempt.number, "sent": True})
+    return _unknown(invocation, ExecutionOutcome(
+        commit=Commit.UNKNOWN, failure_class="timeout_unknown",
+        error={"code": "outcome_unknown", "message": "the worker stopped while the request was in flight"},
+    ))
+
+
+def stale_open_attempts(*, now: datetime | None = None):
+    now = now or timezone.now()
+    for attempt in Attempt.objects.filter(ended_at__isnull=True).select_related("invocation__tool_spec"):
+        if attempt.invocation.state == State.EXECUTING and now - attempt.started_at > timedelta(
+            seconds=attempt_timeout(attempt.invocation)
+        ) + ABANDON_GRACE:
+            yield attempt
+
+
+def reconcile(*, invocation: Invocation) -> str:
+    """Look an OUTCOME_UNKNOWN write_idempotent call up: committed, absent (re-send), or still unknown."""
+    spec = invocation.tool_spec
+    ctx = executors.AttemptContext(
+        invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref, side_effect_class=spec.side_effect_class,
+        attempt=invocation.attempt_count, idempotency_key=invocation.idempotency_key,
+        traceparent=f"00-{invocation.trace_id}-{new_span_id()}-01", timeout_seconds=attempt_timeout(invocation),
+    )
+    found = executors.lookup(config=spec.executor or {}, arguments=invocation.normalized_arguments, ctx=ctx)
+    event_append(invocation=invocation, kind="reconciliation_lookup",
+                 data={"committed": found.committed, "external_resource_id": found.external_resource_id, "detail": found.detail})
+    if found.committed:
+        invocation_transition(
+            invocation=invocation, src=State.OUTCOME_UNKNOWN, dst=State.COMMITTED, kind="committed",
+            data={"external_resource_id": found.external_resource_id, "by": "lookup"},
+            fields={"commit_status": Commit.COMMITTED, "external_resource_id": found.external_resource_id or "",
+                    "next_attempt_at": None, "error_code": "", "error_message": ""},
+        )
+        invocation_finish_with_message(
+            invocation=invocation, src=State.COMMITTED, dst=State.OBSERVED, kind="observed", status="ok",
+            value=found.value, commit_status=Commit.COMMITTED, external_resource_id=found.external_resource_id,
+        )
+        return "committed"
+    if found.committed is False:
+        claimed = execution_claim(invocation_id=invocation.pk, resend=True)
+        if claimed:
+            execution_run(invocation=claimed[0], attempt=claimed[1])
+        return "resent"
+    Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(
+        next_attempt_at=timezone.now() + timedelta(seconds=10)
+    )
+    return "unknown"
+

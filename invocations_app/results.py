@@ -1,0 +1,108 @@
+"""Results back to the model (SPEC §10): encode once, store the exact bytes, serve them as stored.
+
+The final transition and the tool messages are written in one transaction, so an invocation
+never reaches OBSERVED (or a failure terminal) without its messages, and nothing is written
+after a terminal state (failure row 9).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from toolops.errors import Conflict
+from toolops.runtime.rendering import FORMATS
+from toolops.runtime.states import TERMINAL, State
+from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, render
+
+from . import executors
+from .models import Confirmation, IdempotencyRecord, Invocation, ResultBody, ToolMessage
+from .services import invocation_transition
+
+PAGE_BYTES = 16384
+
+
+def result_policy(invocation: Invocation) -> ResultPolicy:
+    spec = invocation.tool_spec
+    secrets = executors.secret_values(spec.executor or {}) if spec else []
+    return ResultPolicy.from_dict((spec.result_policy if spec else None) or None, secrets=secrets)
+
+
+def _store_messages(invocation: Invocation, result: ToolResult) -> None:
+    encoded = encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
+                            tool_ref=invocation.tool_ref or invocation.proposal.name)
+    is_error = result.status != "ok"
+    ResultBody.objects.create(invocation=invocation, body=encoded.full_bytes, total_bytes=encoded.total_bytes)
+    ToolMessage.objects.bulk_create(
+        ToolMessage(invocation=invocation, format=fmt, message_bytes=message_bytes(
+            render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=is_error)
+        ))
+        for fmt in FORMATS
+    )
+
+
+def invocation_finish_with_message(
+    *, invocation: Invocation, src: str, dst: str, kind: str, status: str, value: Any = None, error: dict | None = None,
+    commit_status: str, external_resource_id: str | None = None, untrusted_text_pointers=(), data: dict | None = None,
+) -> Invocation:
+    """The last transition of a call, together with the tool messages that report it."""
+    result = ToolResult(status=status, value=value, error=error, commit_status=commit_status,
+                        external_resource_id=external_resource_id, untrusted_text_pointers=tuple(untrusted_text_pointers))
+    now = timezone.now()
+    fields = {"result_status": status, "result_value": value if status == "ok" else None,
+              "commit_status": commit_status, "observed_at": now, "next_attempt_at": None}
+    if external_resource_id:
+        fields["external_resource_id"] = external_resource_id
+    if error:
+        fields.update(error_code=error.get("code", ""), error_message=error.get("message", ""), error_detail=error)
+    with transaction.atomic():
+        _store_messages(invocation, result)
+        invocation_transition(invocation=invocation, src=src, dst=dst, kind=kind, data=data or {}, fields=fields)
+        _settle_idempotency(invocation, ok=status == "ok")
+    return invocation
+
+
+def _settle_idempotency(invocation: Invocation, *, ok: bool) -> None:
+    IdempotencyRecord.objects.filter(invocation=invocation).update(
+        status=IdempotencyRecord.Status.SUCCEEDED if ok else IdempotencyRecord.Status.FAILED
+    )
+
+
+def _awaiting_confirmation(invocation: Invocation) -> bool:
+    return invocation.state == State.AUTHORIZED and invocation.confirmations.filter(state=Confirmation.Status.PENDING).exists()
+
+
+def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
+    """The exact bytes for the model. Terminal: stored once (rejections encoded on first read);
+    awaiting a human: an interim notice, not stored; otherwise ``Conflict`` (409)."""
+    stored = ToolMessage.objects.filter(invocation=invocation, format=fmt).first()
+    if stored is not None:
+        return bytes(stored.message_bytes)
+    if _awaiting_confirmation(invocation):
+        encoded = encode_result(
+            ToolResult(status="unknown", error={"code": "awaiting_confirmation",
+                                                "message": "a human must confirm this call; ask again later"}),
+            policy=result_policy(invocation), invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
+        )
+        return message_bytes(render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=True))
+    if invocation.state not in TERMINAL:
+        raise Conflict(f"invocation is {invocation.state}; its tool message is not final yet",
+                       code="not_final", extra={"state": invocation.state})
+    try:
+        with transaction.atomic():
+            _store_messages(invocation, ToolResult(
+                status="error", error={"code": invocation.error_code or "error", "message": invocation.error_message},
+                commit_status=invocation.commit_status or "not_committed",
+            ))
+    except IntegrityError:
+        pass  # a concurrent reader stored them first; serve those
+    return bytes(ToolMessage.objects.get(invocation=invocation, format=fmt).message_bytes)
+
+
+def result_page(*, invocation: Invocation, cursor: str | None) -> tuple[bytes, str | None, int]:
+    body = ResultBody.objects.filter(invocation=invocation).first()
+    if body is None:
+        raise Conflict("this invocation has no stored result", code="no_result")
+    chunk, next_cursor = page(bytes(body.body), cursor=cursor, page_bytes=PAGE_BYTES)
+    return chunk, next_cursor, body.total_bytes

@@ -1,0 +1,88 @@
+"""What an executor reports about one attempt, and how an HTTP status maps onto it (pure).
+
+The commit boundary belongs to the tool's protocol (SPEC §7): a 2xx from a write API means the
+effect exists; a refusal before processing (429, 4xx) means it does not; anything where the
+request may have reached the tool but no answer came back (timeouts, dropped connections,
+5xx for writes) is *unknown* — never "not executed".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Commit:
+    COMMITTED = "committed"
+    NOT_COMMITTED = "not_committed"
+    UNKNOWN = "unknown"
+    NOT_APPLICABLE = "not_applicable"  # read-only tools
+
+
+@dataclass(frozen=True)
+class ExecutionOutcome:
+    """The result of one attempt as the executor saw it."""
+
+    commit: str  # one of Commit.*
+    value: Any = None
+    error: dict | None = None  # {"code", "message", ...}
+    external_resource_id: str | None = None
+    failure_class: str | None = None  # not_reached | rate_limited | transient | timeout_unknown | business_rejected | permanent
+    retry_after_seconds: float | None = None
+    http_status: int | None = None
+    untrusted_text_pointers: tuple[str, ...] = ()
+    detail: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.failure_class is None and self.commit in (Commit.COMMITTED, Commit.NOT_APPLICABLE)
+
+    def to_dict(self) -> dict:
+        return {
+            "commit": self.commit, "error": self.error, "external_resource_id": self.external_resource_id,
+            "failure_class": self.failure_class, "retry_after_seconds": self.retry_after_seconds,
+            "http_status": self.http_status, "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class LookupOutcome:
+    """Reconciliation: did the effect happen? ``None`` means the service could not tell."""
+
+    committed: bool | None
+    external_resource_id: str | None = None
+    value: Any = None
+    detail: dict = field(default_factory=dict)
+
+
+DEFAULT_STATUS_MAP = {
+    "2xx": "ok",
+    "408": "timeout_unknown",
+    "409": "transient",  # e.g. idempotent request still in progress: try again with the same key
+    "422": "business_rejected",
+    "429": "rate_limited",
+    "4xx": "permanent",
+    "5xx": "transient",
+}
+
+
+def classify_status(status: int, status_map: dict[str, str] | None = None) -> str:
+    """``ok`` or a failure class for an HTTP status: exact code first, then ``Nxx``."""
+    mapping = {**DEFAULT_STATUS_MAP, **(status_map or {})}
+    return mapping.get(str(status)) or mapping.get(f"{status // 100}xx") or "permanent"
+
+
+def outcome_for_status(*, status: int, side_effect_class: str, status_map: dict | None = None) -> tuple[str, str | None]:
+    """``(commit, failure_class)`` for a response that did arrive.
+
+    A 5xx from a write may have committed before failing: its commit status is unknown. Every
+    other refusal is an answer from the tool that nothing was done.
+    """
+    kind = classify_status(status, status_map)
+    read_only = side_effect_class == "read_only"
+    if kind == "ok":
+        return (Commit.NOT_APPLICABLE if read_only else Commit.COMMITTED), None
+    if read_only:
+        return Commit.NOT_APPLICABLE, kind
+    if kind in ("transient", "timeout_unknown") and status >= 500 or kind == "timeout_unknown":
+        return Commit.UNKNOWN, kind
+    return Commit.NOT_COMMITTED, kind
