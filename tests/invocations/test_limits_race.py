@@ -364,17 +364,10 @@ def test_it_spends_no_unit_for_a_replayed_proposal():
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: invocations_app/services.py proposal_admit(): units of counting limits are reserved in "
-        "_authorize_admitted() (after the _raise_if_replayed check) before record_admission() INSERTs the proposal; "
-        "when that INSERT loses the unique (model_call, proposal_id) race, the IntegrityError branch returns the "
-        "existing invocation without counter.release(), so a concurrently re-posted proposal spends a unit"
-    ),
-)
 def test_it_spends_no_unit_for_a_proposal_that_loses_the_insert_race(monkeypatch):
     """Two posts of one proposal both pass the replay check; the one that loses the INSERT must give its unit back.
+
+    Regression: the losing post used to keep the unit it had reserved.
 
     The interleaving is reproduced deterministically: the second post's replay check runs "before the
     first post's row exists" (patched to see nothing), so it reserves, then hits the unique constraint.
