@@ -17,9 +17,12 @@ from __future__ import annotations
 import logging
 import socket
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
+
+from toolops.errors import BudgetExhausted
 
 from toolops.runtime.execution import Commit, ExecutionOutcome
 from toolops.runtime.retry import Action, RetryPolicy, decide_retry
@@ -27,6 +30,7 @@ from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
 
 from . import executors
+from .budgets import attempt_refusal, budget_take
 from .models import Attempt, Confirmation, Invocation
 from .results import invocation_finish_with_message
 from .services import event_append, invocation_transition
@@ -127,6 +131,15 @@ def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
     inv.refresh_from_db(fields=["cancel_requested_at", "digest", "deadline"])
     if inv.cancel_requested_at:
         return "cancelled", "cancelled before the request was sent"
+    ended = attempt_refusal(inv.run)
+    if ended:
+        return "budget_exhausted", ended
+    cost = (inv.tool_spec.executor or {}).get("cost")
+    if cost:
+        try:
+            budget_take(run=inv.run, key="cost", amount=Decimal(str(cost)))
+        except BudgetExhausted as exc:
+            return "budget_exhausted", exc.message
     approved = inv.confirmations.filter(state=Confirmation.Status.APPROVED).order_by("-decided_at").first()
     if approved and approved.digest != inv.digest:
         return "digest_mismatch", "the confirmed digest differs from the invocation's"

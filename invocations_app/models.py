@@ -99,6 +99,8 @@ class Proposal(models.Model):
     # The parser's output as JSON text: text, not jsonb, because a JSON string may
     # legally hold U+0000, which PostgreSQL's jsonb cannot store.
     parsed_json = models.TextField(blank=True)
+    # Why no invocation was made for this proposal (e.g. "budget_exhausted"); blank otherwise.
+    refusal = models.CharField(max_length=64, blank=True)
     # Set when this proposal re-used an idempotency key that already has an invocation.
     replay_of = models.ForeignKey("Invocation", null=True, blank=True, on_delete=models.PROTECT, related_name="replays")
     parser = models.JSONField(default=dict)  # parser name, version and limits

@@ -17,6 +17,7 @@ from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, render
 
 from . import executors
+from .budgets import budget_add_result_bytes
 from .models import Confirmation, IdempotencyRecord, Invocation, ResultBody, ToolMessage
 from .services import invocation_transition
 
@@ -29,7 +30,7 @@ def result_policy(invocation: Invocation) -> ResultPolicy:
     return ResultPolicy.from_dict((spec.result_policy if spec else None) or None, secrets=secrets)
 
 
-def _store_messages(invocation: Invocation, result: ToolResult) -> None:
+def _store_messages(invocation: Invocation, result: ToolResult) -> int:
     encoded = encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
                             tool_ref=invocation.tool_ref or invocation.proposal.name)
     is_error = result.status != "ok"
@@ -40,6 +41,7 @@ def _store_messages(invocation: Invocation, result: ToolResult) -> None:
         ))
         for fmt in FORMATS
     )
+    return encoded.total_bytes
 
 
 def invocation_finish_with_message(
@@ -57,9 +59,10 @@ def invocation_finish_with_message(
     if error:
         fields.update(error_code=error.get("code", ""), error_message=error.get("message", ""), error_detail=error)
     with transaction.atomic():
-        _store_messages(invocation, result)
+        nbytes = _store_messages(invocation, result)
         invocation_transition(invocation=invocation, src=src, dst=dst, kind=kind, data=data or {}, fields=fields)
         _settle_idempotency(invocation, ok=status == "ok")
+    budget_add_result_bytes(run_id=invocation.run_id, nbytes=nbytes)
     return invocation
 
 

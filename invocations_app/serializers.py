@@ -110,7 +110,9 @@ class CancelIn(serializers.Serializer):
 def run_to_dict(run: Run) -> dict:
     used = {
         "model_calls": run.model_calls_used,
-        "tool_calls": run.tool_calls_used,
+        # Counted in the Run row only when limited (one UPDATE per proposal); else counted here.
+        "tool_calls": run.tool_calls_used if (run.budgets or {}).get("tool_calls") is not None
+        else run.invocations.count(),
         "result_bytes": run.result_bytes_used,
         "cost": str(run.cost_used),
     }

@@ -18,12 +18,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view, toolspec_renderable, toolspecs_visible_to_subject
-from toolops.errors import ApplicationError, Conflict, UnknownTool
+from toolops.errors import ApplicationError, BudgetExhausted, Conflict, UnknownTool
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.parser import ParserLimits, parser_record
@@ -31,6 +30,7 @@ from toolops.runtime.rendering import FORMATS, render_tool
 from toolops.runtime.states import CANCELLABLE, TERMINAL, State, TransitionNotAllowed, is_allowed
 from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
 
+from .budgets import budget_take
 from .models import Confirmation, Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal, Run
 
 logger = logging.getLogger(__name__)
@@ -165,6 +165,7 @@ def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, contex
         raise ApplicationError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
     _require_active(run)
     specs = _resolve_tool_refs(run.subject, tool_refs)
+    budget_take(run=run, key="model_calls")
     with transaction.atomic():
         call = ModelCall.objects.create(run=run, format=fmt, context=[str(c) for c in context], span_id=new_span_id())
         ModelCallTool.objects.bulk_create(
@@ -174,7 +175,6 @@ def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, contex
             )
             for spec in specs
         )
-        Run.objects.filter(pk=run.pk).update(model_calls_used=F("model_calls_used") + 1)
     return call
 
 
@@ -216,6 +216,12 @@ def proposal_admit(
     """
     run = model_call.run
     _require_active(run)
+    if (run.budgets or {}).get("tool_calls") is not None:
+        # Counted budget: a re-post must not spend a unit, so look for it first.
+        existing = _replayed(model_call, proposal_id, name, arguments_bytes)
+        if existing is not None:
+            return existing, False
+        _take_tool_call(run, model_call, proposal_id, name, arguments_bytes)
     now = now or timezone.now()
     spec, visible = _lookup_visible(model_call.pk, name)
     context = NormalizationContext(clock=now.astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale)
@@ -248,6 +254,22 @@ def proposal_admit(
     except _Replayed as replay:
         return replay.invocation, False
     return invocation, True
+
+
+def _take_tool_call(run, model_call, proposal_id, name, arguments_bytes) -> None:
+    """Spend one ``tool_calls`` unit, or record the refused proposal and raise ``BudgetExhausted``."""
+    try:
+        budget_take(run=run, key="tool_calls")
+    except BudgetExhausted:
+        try:
+            with transaction.atomic():
+                Proposal.objects.create(
+                    model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
+                    parser=parser_record(parser_limits()), span_id=new_span_id(), refusal="budget_exhausted",
+                )
+        except IntegrityError:
+            pass  # already recorded by a concurrent post of the same proposal
+        raise
 
 
 def _authorize_admitted(plan, spec, subject, run, invocation_id, now, model_call, proposal_id, name, arguments_bytes):

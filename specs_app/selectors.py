@@ -9,9 +9,9 @@ from toolops.runtime.rendering import RenderableTool
 
 from .models import Capability, Grant, Subject, ToolSpec
 
-# Operation classes are fixed when a capability is created (the admin makes them read-only),
-# so a found class can be cached for the life of the process; a missing one is not cached.
-_CAPABILITY_CLASSES: dict[str, str] = {}
+# A capability's id and operation class are fixed when it is created (the admin makes the class
+# read-only), so a found one can be cached for the life of the process; a missing one is not.
+_CAPABILITIES: dict[str, tuple[int, str]] = {}
 
 
 def toolspecs_visible_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
@@ -48,8 +48,10 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
     Uses the partial index ``specs_grant_live_lookup``; cost depends on the subject's grants,
     not on the total number of grants. Expired grants are included so the decision can say so.
     """
+    ids = [cid for cid, _ in _capabilities(capabilities).values()]
+    # capability_id (not a join on the name) so the whole (tenant, capability, subject) index applies.
     rows = (
-        Grant.objects.filter(tenant=tenant, capability__name__in=capabilities, revoked_at__isnull=True)
+        Grant.objects.filter(tenant=tenant, capability_id__in=ids, revoked_at__isnull=True)
         .filter(Q(subject__isnull=True) | Q(subject=subject))
         .select_related("capability")
     )
@@ -64,9 +66,14 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
     ]
 
 
+def _capabilities(names: list[str]) -> dict[str, tuple[int, str]]:
+    missing = [n for n in names if n not in _CAPABILITIES]
+    if missing:
+        for name, pk, op in Capability.objects.filter(name__in=missing).values_list("name", "pk", "operation_class"):
+            _CAPABILITIES[name] = (pk, op)
+    return {n: _CAPABILITIES[n] for n in names if n in _CAPABILITIES}
+
+
 def capability_classes(names: list[str]) -> dict[str, str]:
     """Capability name → operation class for the names that exist."""
-    missing = [n for n in names if n not in _CAPABILITY_CLASSES]
-    if missing:
-        _CAPABILITY_CLASSES.update(Capability.objects.filter(name__in=missing).values_list("name", "operation_class"))
-    return {n: _CAPABILITY_CLASSES[n] for n in names if n in _CAPABILITY_CLASSES}
+    return {name: op for name, (_, op) in _capabilities(names).items()}

@@ -51,3 +51,21 @@ def require_redis() -> str:
             ok = False
     require(ok, "needs Redis: set REDIS_URL=redis://127.0.0.1:6379/0")
     return url
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_caches():
+    """Per-process caches hold rows that are immutable in production (published ToolSpec
+    versions, capabilities, model calls); tests roll those rows back and make new ones with the
+    same names, so each test starts with empty caches."""
+    yield
+    from specs_app import selectors as spec_selectors
+    from toolops.runtime.validation import clear_validator_cache
+
+    clear_validator_cache()
+    spec_selectors._CAPABILITIES.clear()
+    try:
+        from invocations_app.services import _visible_set
+    except ImportError:
+        return
+    _visible_set.cache_clear()

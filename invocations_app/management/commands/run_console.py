@@ -14,7 +14,7 @@ from specs_app.demo import load_demo
 
 
 class Command(BaseCommand):
-    help = "Load the demo data and run the web console/API, a Celery worker and beat until Ctrl-C."
+    help = "Load the demo data and run the web console/API, the demo services, a Celery worker and beat until Ctrl-C."
 
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000")
@@ -28,13 +28,18 @@ class Command(BaseCommand):
         token = token_file.read_text().strip()
         info = load_demo(token=token)
         python = sys.executable
-        procs = [subprocess.Popen([python, "manage.py", "runserver", addr, "--insecure", "--noreload"])]
+        demo_port = settings.TOOLOPS_DEMO_SERVICES_URL.rsplit(":", 1)[-1].strip("/")
+        procs = [
+            subprocess.Popen([python, "manage.py", "runserver", addr, "--insecure", "--noreload"]),
+            subprocess.Popen([python, "manage.py", "run_demo_services", "--port", demo_port]),
+        ]
         if not no_worker:
             procs.append(subprocess.Popen(
                 [python, "-m", "celery", "-A", "toolops", "worker", "-B", "--loglevel=INFO", "--concurrency=2"]
             ))
         self.stdout.write(self.style.SUCCESS(f"\nToolOps console:  http://{addr}/"))
         self.stdout.write(f"API docs:         http://{addr}/api/docs/")
+        self.stdout.write(f"demo services:    {settings.TOOLOPS_DEMO_SERVICES_URL} (calendar, payments, web pages)")
         self.stdout.write(f"admin login:      {info['admin']} / admin (change it: manage.py changepassword admin)")
         self.stdout.write(f"demo API token:   {token}")
         self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")

@@ -1,0 +1,282 @@
+"""Reads for the support console: the unknown-outcome queue and the record of one call (SPEC §12).
+
+The queue is scoped like the confirmation queue, by django-guardian's ``resolve_toolspec`` on the
+ToolSpec (model-wide grants of the permission cover every version; superusers see all). The
+record page reads one invocation and everything that answers the eight questions of SPEC §12 in
+a fixed number of queries, whatever the number of attempts, events or messages.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.core.exceptions import PermissionDenied
+from django.db import connection
+from django.db.models import Prefetch, QuerySet
+from django.shortcuts import get_object_or_404
+from django.utils import timezone
+
+from specs_app.models import Grant, Tenant, ToolSpec
+from toolops.runtime.states import State
+
+from .models import Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, ToolMessage
+from .resolutions import HISTORY_KINDS, PendingResolution, can_resolve, pending_resolution, resolvable_toolspecs
+from .selectors_console import approvable_toolspecs
+
+VIEW_INVOCATION_PERMISSION = "invocations_app.view_invocation"
+HEX_SHOWN_BYTES = 4096
+
+
+# --- the unknown-outcome queue ---------------------------------------------------------------
+
+def unknown_outcomes_visible_to(*, user) -> QuerySet[Invocation]:
+    qs = Invocation.objects.filter(state=State.OUTCOME_UNKNOWN)
+    if not (user.is_active and user.is_superuser):
+        qs = qs.filter(tool_spec__in=resolvable_toolspecs(user=user))
+    return qs
+
+
+def unknown_outcome_queue_list(*, user, tool: int | None = None, tenant: str | None = None) -> list[Invocation]:
+    """Every OUTCOME_UNKNOWN invocation ``user`` may resolve, oldest first (four queries in all).
+
+    Each row carries ``attempt_list``, ``history`` (the reconciliation events), ``unknown_since``,
+    ``last_attempt``, ``last_lookup`` and ``pending`` (a four-eyes proposal awaiting a second person).
+    """
+    qs = unknown_outcomes_visible_to(user=user)
+    if tool is not None:
+        qs = qs.filter(tool_spec_id=tool)
+    if tenant:
+        qs = qs.filter(tenant__slug=tenant)
+    # Index invocations_inv_state_created (state, created_at) serves the filter and the order.
+    qs = (
+        qs.select_related("tool_spec", "tenant", "subject", "run")
+        .prefetch_related(
+            Prefetch("attempts", queryset=Attempt.objects.order_by("number"), to_attr="attempt_list"),
+            Prefetch("events", queryset=Event.objects.filter(kind__in=HISTORY_KINDS).order_by("seq"), to_attr="history"),
+        )
+        .order_by("created_at", "id")
+    )
+    rows = list(qs)
+    for inv in rows:
+        _annotate_unknown(inv)
+    return rows
+
+
+def _annotate_unknown(inv: Invocation) -> None:
+    became = [e for e in inv.history if e.kind == "outcome_unknown"]
+    inv.unknown_since = became[-1].at if became else inv.updated_at
+    inv.last_attempt = inv.attempt_list[-1] if inv.attempt_list else None
+    lookups = [e for e in inv.history if e.kind in ("support_lookup", "reconciliation_lookup")]
+    inv.last_lookup = lookups[-1] if lookups else None
+    inv.pending = pending_resolution(invocation=inv, events=inv.history)
+    inv.four_eyes = bool((inv.tool_spec.confirmation_policy or {}).get("four_eyes_resolution"))
+
+
+def unknown_outcome_count(*, user) -> int:
+    return unknown_outcomes_visible_to(user=user).count()
+
+
+def unknown_filter_choices(*, user) -> tuple[list[ToolSpec], list[Tenant]]:
+    visible = unknown_outcomes_visible_to(user=user)
+    tools = list(ToolSpec.objects.filter(pk__in=visible.values("tool_spec")).order_by("name", "version"))
+    tenants = list(Tenant.objects.filter(pk__in=visible.values("tenant")).order_by("slug"))
+    return tools, tenants
+
+
+def unknown_outcome_get_for_user(*, user, pk) -> Invocation:
+    """One invocation ``user`` may resolve (any state: the page also shows how it was resolved).
+
+    404 if it does not exist, 403 without ``resolve_toolspec`` on its tool.
+    """
+    inv = get_object_or_404(
+        Invocation.objects.select_related("tool_spec", "tenant", "subject", "run").prefetch_related(
+            Prefetch("attempts", queryset=Attempt.objects.order_by("number"), to_attr="attempt_list"),
+            Prefetch("events", queryset=Event.objects.filter(kind__in=HISTORY_KINDS).order_by("seq"), to_attr="history"),
+        ),
+        pk=pk,
+    )
+    if not can_resolve(user=user, invocation=inv):
+        raise PermissionDenied("you may not resolve unknown outcomes of this tool")
+    _annotate_unknown(inv)
+    return inv
+
+
+# --- the record of one call ----------------------------------------------------------------------
+
+def record_visible_to(*, user, invocation: Invocation) -> bool:
+    """Superusers; staff with the model permission to view invocations; approvers or resolvers of its tool."""
+    if not (user.is_authenticated and user.is_active and user.is_staff):
+        return False
+    if user.is_superuser or user.has_perm(VIEW_INVOCATION_PERMISSION):
+        return True
+    if invocation.tool_spec_id is None:
+        return False
+    return (
+        resolvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
+        or approvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
+    )
+
+
+def record_get_for_user(*, user, pk) -> Invocation:
+    inv = get_object_or_404(
+        Invocation.objects.select_related(
+            "tool_spec", "tenant", "subject", "run", "model_call", "proposal", "edited_from__tool_spec"
+        ),
+        pk=pk,
+    )
+    if not record_visible_to(user=user, invocation=inv):
+        raise PermissionDenied("you may not read the record of this call")
+    return inv
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """Bytes shown three ways: escaped text (invalid UTF-8 as \\x..), hex, and their SHA-256."""
+
+    raw: bytes
+
+    @property
+    def length(self) -> int:
+        return len(self.raw)
+
+    @property
+    def text(self) -> str:
+        return self.raw.decode("utf-8", "backslashreplace")
+
+    @property
+    def hex(self) -> str:
+        return self.raw[:HEX_SHOWN_BYTES].hex(" ")
+
+    @property
+    def hex_truncated(self) -> bool:
+        return len(self.raw) > HEX_SHOWN_BYTES
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.raw).hexdigest()
+
+
+@dataclass
+class Message:
+    format: str
+    created_at: datetime
+    body: Bytes
+
+
+@dataclass
+class CallRecord:
+    """Everything the record page shows, in the order of SPEC §12's questions."""
+
+    invocation: Invocation
+    # 1. which ToolSpec the model saw
+    seen_tool: ModelCallTool | None
+    visible_refs: list[str]
+    # 2. the raw proposal bytes
+    proposal: Proposal
+    raw: Bytes
+    # 4. authorization and confirmation
+    grants: list[Grant]
+    confirmations: list[Confirmation]
+    # 5. the invocation and every attempt
+    attempts: list[Attempt]
+    events: list[Event]
+    # 7. the exact tool-message bytes
+    messages: list[Message]
+    # 8. which later model calls carried them
+    later_model_calls: list[ModelCall]
+    # links
+    same_key: list[Invocation] = field(default_factory=list)
+    edits: list[Invocation] = field(default_factory=list)
+    replays: list[Proposal] = field(default_factory=list)
+    pending: PendingResolution | None = None
+
+    @property
+    def resolution_events(self) -> list[Event]:
+        return [e for e in self.events if e.kind in HISTORY_KINDS and e.kind != "outcome_unknown"]
+
+
+def invocation_record(*, invocation: Invocation) -> CallRecord:
+    """Gather the record of one call (about a dozen queries, independent of its size).
+
+    ``invocation`` should come from ``record_get_for_user`` (run, model call, proposal, tool
+    spec and edited_from already joined).
+    """
+    inv = invocation
+    tools = list(ModelCallTool.objects.filter(model_call_id=inv.model_call_id).order_by("id"))
+    seen = next((t for t in tools if inv.tool_spec_id is not None and t.tool_spec_id == inv.tool_spec_id), None)
+    grant_ids = _grant_ids(inv.authorization or {})
+    grants = list(
+        Grant.objects.filter(pk__in=grant_ids).select_related("capability", "subject", "granted_by", "revoked_by")
+    ) if grant_ids else []
+    grants.sort(key=lambda g: grant_ids.index(str(g.pk)))
+    confirmations = list(
+        Confirmation.objects.filter(invocation=inv).select_related("decided_by", "replacement").order_by("created_at")
+    )
+    attempts = list(Attempt.objects.filter(invocation=inv).order_by("number"))
+    events = list(Event.objects.filter(invocation=inv).order_by("seq"))
+    messages = [
+        Message(format=m.format, created_at=m.created_at, body=Bytes(bytes(m.message_bytes)))
+        for m in ToolMessage.objects.filter(invocation=inv).order_by("format")
+    ]
+    same_key = list(
+        Invocation.objects.filter(tenant_id=inv.tenant_id, tool_name=inv.tool_name, tool_version=inv.tool_version,
+                                  idempotency_key=inv.idempotency_key)
+        .exclude(pk=inv.pk).select_related("run").order_by("created_at")
+    ) if inv.idempotency_key else []
+    edits = list(Invocation.objects.filter(edited_from=inv).order_by("created_at"))
+    replays = list(Proposal.objects.filter(replay_of=inv).select_related("model_call").defer("arguments_bytes").order_by("received_at"))
+    return CallRecord(
+        invocation=inv, seen_tool=seen, visible_refs=[t.tool_ref for t in tools], proposal=inv.proposal,
+        raw=Bytes(bytes(inv.proposal.arguments_bytes)), grants=grants, confirmations=confirmations, attempts=attempts,
+        events=events, messages=messages, later_model_calls=model_calls_including(invocation=inv), same_key=same_key,
+        edits=edits, replays=replays,
+        pending=pending_resolution(invocation=inv, events=events) if inv.state == State.OUTCOME_UNKNOWN else None,
+    )
+
+
+def _grant_ids(authorization: dict) -> list[str]:
+    ids = [str(c.get("grant_id")) for c in authorization.get("capabilities") or [] if c.get("grant_id")]
+    ids += [str(g) for g in (authorization.get("internal") or {}).get("used_grant_ids") or []]
+    return list(dict.fromkeys(ids))
+
+
+def model_calls_including(*, invocation: Invocation) -> list[ModelCall]:
+    """Model calls of the invocation's run whose ``context`` lists it (API.md ``context``), oldest first.
+
+    PostgreSQL answers with jsonb containment; SQLite's JSON1 has no containment lookup, so
+    there we filter the run's model calls in Python (a run has at most its model-call budget).
+    """
+    needle = str(invocation.pk)
+    qs = ModelCall.objects.filter(run_id=invocation.run_id).order_by("created_at")
+    if connection.vendor == "postgresql":
+        return list(qs.filter(context__contains=[needle]))
+    return [call for call in qs.only("id", "run_id", "format", "context", "span_id", "created_at")
+            if needle in [str(c) for c in (call.context or [])]]
+
+
+def pretty(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def age(since: datetime | None, now: datetime | None = None) -> str:
+    """``3 h 05 min`` / ``12 min`` / ``40 s``: how long ago ``since`` was."""
+    if since is None:
+        return ""
+    seconds = max(0, int(((now or timezone.now()) - since).total_seconds()))
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min" if minutes else f"{seconds} s"
+
+
+__all__ = [
+    "CallRecord", "age", "invocation_record", "model_calls_including", "pretty", "record_get_for_user",
+    "record_visible_to", "unknown_filter_choices", "unknown_outcome_count", "unknown_outcome_get_for_user",
+    "unknown_outcome_queue_list",
+]

@@ -1,0 +1,98 @@
+"""Run budgets (SPEC §11): counted exactly, refusals recorded, exhaustion ends the Run."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections
+
+from invocations_app import services
+from invocations_app.models import Invocation, Proposal, Run
+from tests.builders import make_grant, make_subject, make_toolspec
+from tests.conftest import require_postgres
+from toolops.errors import BudgetExhausted
+
+ARGS = b'{"city": "Paris", "date": "2026-07-20"}'
+
+
+def _run(*, budgets: dict):
+    subject = make_subject()
+    make_toolspec()
+    make_grant(subject=subject)
+    run = services.run_create(subject=subject, budgets=budgets, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    return subject, run
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_model_call_over_the_model_calls_budget():
+    _, run = _run(budgets={"model_calls": 1})
+    services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    with pytest.raises(BudgetExhausted):
+        services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    run.refresh_from_db()
+    assert (run.status, run.end_reason) == ("exhausted", "model_calls budget exhausted")
+
+
+@pytest.mark.django_db
+def test_it_records_a_proposal_refused_for_budget_and_ends_the_run():
+    subject, run = _run(budgets={"tool_calls": 1})
+    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    with pytest.raises(BudgetExhausted):
+        services.proposal_admit(model_call=call, subject=subject, proposal_id="b", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    refused = Proposal.objects.get(model_call=call, proposal_id="b")
+    assert refused.refusal == "budget_exhausted" and bytes(refused.arguments_bytes) == ARGS
+    run.refresh_from_db()
+    assert run.status == "exhausted"
+
+
+@pytest.mark.django_db
+def test_it_does_not_charge_a_replayed_proposal():
+    subject, run = _run(budgets={"tool_calls": 1})
+    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    first, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    again, created = services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    assert (again.pk, created) == (first.pk, False)
+    assert Run.objects.get(pk=run.pk).tool_calls_used == 1
+
+
+@pytest.mark.django_db
+def test_it_cancels_what_has_not_crossed_the_boundary_when_the_run_is_exhausted():
+    subject, run = _run(budgets={"tool_calls": 1, "model_calls": 1})
+    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    assert inv.state == "AUTHORIZED"  # read-only, waiting for a worker
+    with pytest.raises(BudgetExhausted):
+        services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    inv.refresh_from_db()
+    assert inv.state == "CANCELLED_BEFORE_COMMIT" and inv.error_code == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_admits_exactly_the_remaining_tool_calls_under_a_race():
+    """10 parallel proposals against 3 remaining tool calls → exactly 3 admitted (PostgreSQL)."""
+    require_postgres()
+    subject, run = _run(budgets={"tool_calls": 3})
+    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    barrier = threading.Barrier(10)
+    outcomes: list[str] = []
+
+    def post(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            services.proposal_admit(model_call=call, subject=subject, proposal_id=f"p{i}", name="weather.get_forecast@1", arguments_bytes=ARGS)
+            outcomes.append("admitted")
+        except BudgetExhausted:
+            outcomes.append("refused")
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sorted(outcomes) == ["admitted"] * 3 + ["refused"] * 7
+    assert Invocation.objects.filter(run=run).count() == 3
+    assert Proposal.objects.filter(model_call=call, refusal="budget_exhausted").count() == 7
+    assert Run.objects.get(pk=run.pk).tool_calls_used == 3
