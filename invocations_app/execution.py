@@ -28,6 +28,7 @@ from toolops.runtime.execution import Commit, ExecutionOutcome
 from toolops.runtime.retry import Action, RetryPolicy, decide_retry
 from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
+from toolops.tracelog import trace_scope
 
 from . import executors
 from .budgets import attempt_refusal, budget_take
@@ -113,18 +114,23 @@ def execution_run(*, invocation: Invocation, attempt: Attempt) -> Invocation:
         traceparent=f"00-{invocation.trace_id}-{attempt.span_id}-01",
         timeout_seconds=attempt_timeout(invocation),
     )
-    logger.info("attempt %s of %s sent", attempt.number, invocation.tool_ref,
-                extra={"trace_id": invocation.trace_id, "span_id": attempt.span_id})
+    with trace_scope(invocation.trace_id, attempt.span_id):
+        logger.info("attempt %s of %s sent", attempt.number, invocation.tool_ref)
+        outcome = _execute_safely(invocation, attempt, ctx)
+        logger.info("attempt %s ended: commit=%s failure=%s", attempt.number, outcome.commit, outcome.failure_class)
+    return execution_record(invocation=invocation, attempt=attempt, outcome=outcome)
+
+
+def _execute_safely(invocation: Invocation, attempt: Attempt, ctx) -> ExecutionOutcome:
     try:
-        outcome = executors.execute(config=invocation.tool_spec.executor or {}, arguments=invocation.normalized_arguments, ctx=ctx)
+        return executors.execute(config=invocation.tool_spec.executor or {}, arguments=invocation.normalized_arguments, ctx=ctx)
     except Exception as exc:  # noqa: BLE001 - an executor bug must still end the attempt honestly
-        logger.exception("executor raised", extra={"trace_id": invocation.trace_id, "span_id": attempt.span_id})
+        logger.exception("executor raised")
         unknown = invocation.tool_spec.side_effect_class != "read_only"
-        outcome = ExecutionOutcome(
+        return ExecutionOutcome(
             commit=Commit.UNKNOWN if unknown else Commit.NOT_APPLICABLE, failure_class="timeout_unknown",
             error={"code": "executor_error", "message": type(exc).__name__},
         )
-    return execution_record(invocation=invocation, attempt=attempt, outcome=outcome)
 
 
 def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:

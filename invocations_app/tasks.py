@@ -18,6 +18,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from toolops.runtime.states import State
+from toolops.runtime.tracecontext import parse_traceparent
+from toolops.tracelog import trace_scope
 
 from .confirmations import confirmations_expire_due
 from .models import Invocation
@@ -28,18 +30,35 @@ logger = logging.getLogger(__name__)
 MAX_COUNTDOWN_SECONDS = 60
 
 
-def enqueue_execution(invocation_id, countdown: float = 0.0) -> None:
-    """Enqueue after the current transaction commits (never for uncommitted state)."""
+def enqueue_execution(invocation_id, countdown: float = 0.0, traceparent: str | None = None) -> None:
+    """Enqueue after the current transaction commits (never for uncommitted state).
+
+    The message carries the invocation's W3C ``traceparent`` as a header, so the worker's log
+    lines join the caller's trace before it has read anything from the database.
+    """
     if countdown > MAX_COUNTDOWN_SECONDS:
         return  # executions_enqueue_due_task picks it up when due
+    if traceparent is None:
+        row = Invocation.objects.filter(pk=invocation_id).values("trace_id", "span_id").first()
+        traceparent = f"00-{row['trace_id']}-{row['span_id']}-01" if row else None
     transaction.on_commit(
-        lambda: invocation_execute_task.apply_async((str(invocation_id),), countdown=max(0.0, countdown) or None)
+        lambda: invocation_execute_task.apply_async(
+            (str(invocation_id),), countdown=max(0.0, countdown) or None,
+            headers={"traceparent": traceparent} if traceparent else None,
+        )
     )
 
 
-@shared_task(name="invocations.execute", acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def invocation_execute_task(invocation_id: str) -> str:
+@shared_task(name="invocations.execute", acks_late=True, reject_on_worker_lost=True, ignore_result=True, bind=True)
+def invocation_execute_task(self, invocation_id: str) -> str:
     """Claim the next attempt and run it; a duplicate or early delivery exits quietly."""
+    context = parse_traceparent(getattr(self.request, "traceparent", None) or (self.request.headers or {}).get("traceparent"))
+    with trace_scope(context.trace_id if context else None, context.parent_span_id if context else None):
+        logger.info("execute %s", invocation_id)
+        return _execute(invocation_id)
+
+
+def _execute(invocation_id: str) -> str:
     from .execution import attempt_timeout, execution_claim, execution_run, open_attempt, recover_abandoned
 
     invocation = Invocation.objects.select_related("tool_spec").filter(pk=invocation_id).first()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from toolops.runtime.tracecontext import new_span_id, new_trace_id, parse_traceparent
+from toolops.tracelog import trace_scope
 
 
 class TraceContextMiddleware:
@@ -14,7 +15,8 @@ class TraceContextMiddleware:
     def __call__(self, request):
         request.trace = parse_traceparent(request.headers.get("traceparent"), request.headers.get("tracestate"))
         request.trace_id = request.trace.trace_id if request.trace else None
-        response = self.get_response(request)
+        with trace_scope(request.trace_id, request.trace.parent_span_id if request.trace else None):
+            response = self.get_response(request)
         trace_id = request.trace_id or new_trace_id()
         flags = request.trace.flags if request.trace else "01"
         response["traceparent"] = f"00-{trace_id}-{new_span_id()}-{flags}"

@@ -183,6 +183,8 @@ CELERY_TASK_IGNORE_RESULT = True
 # One queue name per deployment (tests use their own so stale messages never cross runs).
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("TOOLOPS_QUEUE", "toolops")
 CELERY_TIMEZONE = "UTC"
+# Keep our log format (with trace ids) in workers instead of Celery's own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # A proposal's arguments may be 1 MiB, sent base64-encoded inside a JSON envelope.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
@@ -195,8 +197,11 @@ TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"trace": {"()": "toolops.tracelog.TraceIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"}
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["trace"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 

@@ -97,3 +97,22 @@ def test_it_leaves_an_unsafe_payment_unknown_when_the_answer_is_lost(demo_agent,
     assert done["state"] == "OUTCOME_UNKNOWN"
     assert len(demo_services.transfers("acct-123")) == 1  # paid once, never retried blindly
     assert Invocation.objects.get(pk=inv["id"]).attempt_count == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_carries_the_callers_trace_to_events_worker_logs_and_the_tool(demo_agent, worker, demo_services):
+    """SPEC §12: one traceparent from the agent runtime, seen everywhere the call went."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {"HTTP_TRACEPARENT": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    inv = _propose(demo_agent, "calendar.create_event@1", CALENDAR_ARGS, headers=headers)
+    _approve(inv["id"])
+    done = _settled(demo_agent, inv["id"])
+    assert done["state"] == "OBSERVED" and done["trace_id"] == trace_id
+    events = demo_agent.get(f"/api/v1/invocations/{inv['id']}/events").json()
+    assert {e["trace_id"] for e in events} == {trace_id}
+    attempt_span = done["attempts"][0]["attempt_id"]
+    sent = [r for r in demo_services.requests_log("calendar") if r.get("method") == "POST"]
+    assert sent and sent[0]["traceparent"] == f"00-{trace_id}-{attempt_span}-01"
+    worker_lines = [line for line in worker.output().splitlines() if f"trace_id={trace_id}" in line]
+    assert any("attempt 1 of calendar.create_event@1 sent" in line and f"span_id={attempt_span}" in line for line in worker_lines)
+    assert any(f"execute {inv['id']}" in line for line in worker_lines)

@@ -28,6 +28,7 @@ from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 from tests.builders import Agent
+from toolops.errors import Conflict
 
 from .conftest import wait_for
 
@@ -372,7 +373,7 @@ def test_cancel_before_the_boundary_prevents_the_call(demo_agent, settings, demo
         assert payload["ok"] is False and payload["error"]["code"] == "cancelled"
         assert payload["commit_status"] == "not_committed"
     # Approving the cancelled one afterwards changes nothing.
-    with pytest.raises(Exception):
+    with pytest.raises(Conflict):
         _approve(pending["id"])
     assert Invocation.objects.get(pk=pending["id"]).state == "CANCELLED_BEFORE_COMMIT"
     assert demo_services.requests_log("calendar") == []
@@ -380,10 +381,11 @@ def test_cancel_before_the_boundary_prevents_the_call(demo_agent, settings, demo
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: invocations_app/services.py:494-508 invocation_cancel moves an AUTHORIZED invocation to "
+    "BUG: invocations_app/services.py:521-525 invocation_cancel moves an AUTHORIZED invocation to "
     "CANCELLED_BEFORE_COMMIT but leaves its Confirmation 'pending'; when it falls due, "
-    "confirmations.py:106-120 confirmation_expire raises TransitionConflict (AUTHORIZED expected), so "
-    "confirmations_expire_due (the beat task) crashes and stops expiring every other due confirmation"
+    "confirmations.py:115 confirmation_expire raises TransitionConflict (AUTHORIZED expected), so "
+    "confirmations_expire_due (the beat task, ordered by created_at) crashes on it every cycle and never expires "
+    "the due confirmations after it"
 ))
 @pytest.mark.django_db(transaction=True)
 def test_cancelling_a_call_awaiting_confirmation_closes_its_confirmation(demo_agent):
@@ -674,9 +676,9 @@ def test_an_echoed_credential_is_redacted_from_the_tool_message(demo_agent, work
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: invocations_app/results.py:52-56 invocation_finish_with_message stores the executor's raw, "
+    "BUG: invocations_app/results.py:55-60 invocation_finish_with_message stores the executor's raw, "
     "unredacted value in Invocation.result_value (and error_message/error_detail), which "
-    "serializers.py:189 returns as result.value_or_error from GET /api/v1/invocations/{id}: a credential "
+    "serializers.py:191 returns as result.value_or_error from GET /api/v1/invocations/{id}: a credential "
     "the tool echoes back reaches the agent runtime although the tool message redacts it (SPEC §5, §10)"
 ))
 @pytest.mark.django_db(transaction=True)
@@ -689,8 +691,8 @@ def test_an_echoed_credential_never_reaches_the_invocation_resource(demo_agent, 
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: invocations_app/execution.py:181-182 (execution_record) appends the attempt_ended event with "
-    "outcome.to_dict() unredacted and results.py:58 copies the tool's error message into "
+    "BUG: invocations_app/execution.py:184-186 (execution_record) stores Attempt.outcome and appends the attempt_ended "
+    "event with outcome.to_dict() unredacted, and results.py:60 copies the tool's error message into "
     "Invocation.error_message/error_detail: a tool's error text echoing the credential lands in the "
     "append-only Event log and in GET /invocations/{id} and /events (only the tool message is redacted)"
 ))
