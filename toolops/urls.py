@@ -7,5 +7,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
     path("console/confirmations/", include("invocations_app.console")),
+    path("console/", include("invocations_app.console_support")),  # unknown outcomes + the record of a call
     path("", admin.site.urls),
 ]
