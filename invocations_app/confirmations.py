@@ -21,7 +21,7 @@ from toolops.runtime.states import State
 
 from .models import Confirmation, Invocation
 from .services import (
-    confirmation_row_create, enqueue_when_committed, event_append, invocation_transition, parser_limits, record_admission,
+    TransitionConflict, confirmation_row_create, enqueue_when_committed, event_append, invocation_transition, parser_limits, record_admission,
 )
 
 
@@ -112,11 +112,16 @@ def confirmation_expire(*, confirmation: Confirmation, now: datetime | None = No
         ).update(state=Confirmation.Status.EXPIRED, decided_at=now)
         if changed != 1:
             return False
-        invocation_transition(
-            invocation=confirmation.invocation, src=State.AUTHORIZED, dst=State.CANCELLED_BEFORE_COMMIT,
-            kind="confirmation_expired", data={"confirmation_id": str(confirmation.pk)},
-            fields={"error_code": "confirmation_expired", "error_message": "nobody confirmed the call in time"},
-        )
+        invocation = Invocation.objects.get(pk=confirmation.invocation_id)
+        try:
+            with transaction.atomic():  # a savepoint: losing the race keeps the expiry
+                invocation_transition(
+                    invocation=invocation, src=State.AUTHORIZED, dst=State.CANCELLED_BEFORE_COMMIT,
+                    kind="confirmation_expired", data={"confirmation_id": str(confirmation.pk)},
+                    fields={"error_code": "confirmation_expired", "error_message": "nobody confirmed the call in time"},
+                )
+        except TransitionConflict:
+            pass  # the call already moved on (e.g. cancelled): only the confirmation expires
     return True
 
 

@@ -33,7 +33,7 @@ from toolops.tracelog import trace_scope
 from . import executors
 from .budgets import attempt_refusal, budget_take
 from .models import Attempt, Confirmation, Invocation
-from .results import invocation_finish_with_message
+from .results import invocation_finish_with_message, redacted
 from .services import event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
@@ -173,17 +173,18 @@ def _close_attempt(attempt: Attempt, *, commit: str, failure_class: str | None, 
 def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
     """Record one attempt's outcome by transition (or by scheduling the next attempt)."""
     side_effect = invocation.tool_spec.side_effect_class
+    record = redacted(invocation, outcome.to_dict())  # tools may echo credentials back
     if outcome.ok:
-        _close_attempt(attempt, commit=outcome.commit, failure_class=None, outcome=outcome.to_dict())
+        _close_attempt(attempt, commit=outcome.commit, failure_class=None, outcome=record)
         return _succeed(invocation, outcome)
     decision = decide_retry(
         failure_class=outcome.failure_class, side_effect_class=side_effect, attempt=attempt.number,
         policy=retry_policy(invocation), now=timezone.now(), deadline=invocation.deadline,
         retry_after_seconds=outcome.retry_after_seconds,
     )
-    _close_attempt(attempt, commit=outcome.commit, failure_class=outcome.failure_class, outcome=outcome.to_dict(), decision=decision.to_dict())
+    _close_attempt(attempt, commit=outcome.commit, failure_class=outcome.failure_class, outcome=record, decision=decision.to_dict())
     event_append(invocation=invocation, kind="attempt_ended",
-                 data={"attempt": attempt.number, "outcome": outcome.to_dict(), "decision": decision.to_dict()}, span_id=attempt.span_id)
+                 data={"attempt": attempt.number, "outcome": record, "decision": decision.to_dict()}, span_id=attempt.span_id)
     invocation.refresh_from_db(fields=["cancel_requested_at"])
     if outcome.commit == Commit.UNKNOWN or decision.action == Action.RECONCILE:
         return _unknown(invocation, outcome)
@@ -220,7 +221,7 @@ def _unknown(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:
     reconcile_at = timezone.now() + timedelta(seconds=1)
     invocation_transition(
         invocation=inv, src=State.EXECUTING, dst=State.OUTCOME_UNKNOWN, kind="outcome_unknown",
-        data={"error": outcome.error, "reconcile": inv.tool_spec.side_effect_class == "write_idempotent"},
+        data={"error": redacted(inv, outcome.error), "reconcile": inv.tool_spec.side_effect_class == "write_idempotent"},
         fields={"commit_status": Commit.UNKNOWN, "error_code": "outcome_unknown",
                 "error_message": "the tool may have acted; the outcome is being reconciled",
                 # write_idempotent: the reconciliation task looks the key up from this time on.
@@ -279,8 +280,9 @@ def reconcile(*, invocation: Invocation) -> str:
         traceparent=f"00-{invocation.trace_id}-{new_span_id()}-01", timeout_seconds=attempt_timeout(invocation),
     )
     found = executors.lookup(config=spec.executor or {}, arguments=invocation.normalized_arguments, ctx=ctx)
-    event_append(invocation=invocation, kind="reconciliation_lookup",
-                 data={"committed": found.committed, "external_resource_id": found.external_resource_id, "detail": found.detail})
+    event_append(invocation=invocation, kind="reconciliation_lookup", data=redacted(invocation, {
+        "committed": found.committed, "external_resource_id": found.external_resource_id, "detail": found.detail,
+    }))
     if found.committed:
         invocation_transition(
             invocation=invocation, src=State.OUTCOME_UNKNOWN, dst=State.COMMITTED, kind="committed",

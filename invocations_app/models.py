@@ -222,6 +222,7 @@ class Confirmation(models.Model):
         DENIED = "denied"
         EXPIRED = "expired"
         EDITED = "edited", "replaced by an edited invocation"
+        CANCELLED = "cancelled", "the call was cancelled while waiting"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="confirmations")
@@ -248,7 +249,7 @@ class Confirmation(models.Model):
                 fields=["invocation"], condition=Q(state="pending"), name="invocations_confirmation_one_pending"
             ),
             models.CheckConstraint(
-                condition=Q(state__in=["pending", "approved", "denied", "expired", "edited"]),
+                condition=Q(state__in=["pending", "approved", "denied", "expired", "edited", "cancelled"]),
                 name="invocations_confirmation_state_valid",
             ),
         ]

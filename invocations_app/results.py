@@ -6,6 +6,7 @@ after a terminal state (failure row 9).
 """
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -14,7 +15,7 @@ from django.utils import timezone
 from toolops.errors import Conflict
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.states import TERMINAL, State
-from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, render
+from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, redact, render
 
 from . import executors
 from .budgets import budget_add_result_bytes
@@ -30,7 +31,12 @@ def result_policy(invocation: Invocation) -> ResultPolicy:
     return ResultPolicy.from_dict((spec.result_policy if spec else None) or None, secrets=secrets)
 
 
-def _store_messages(invocation: Invocation, result: ToolResult) -> int:
+def redacted(invocation: Invocation, value: Any) -> Any:
+    """A value safe to keep in the record: the tool's secrets and configured patterns removed."""
+    return redact(value, policy=result_policy(invocation))
+
+
+def _store_messages(invocation: Invocation, result: ToolResult):
     encoded = encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
                             tool_ref=invocation.tool_ref or invocation.proposal.name)
     is_error = result.status != "ok"
@@ -41,7 +47,7 @@ def _store_messages(invocation: Invocation, result: ToolResult) -> int:
         ))
         for fmt in FORMATS
     )
-    return encoded.total_bytes
+    return encoded
 
 
 def invocation_finish_with_message(
@@ -52,17 +58,20 @@ def invocation_finish_with_message(
     result = ToolResult(status=status, value=value, error=error, commit_status=commit_status,
                         external_resource_id=external_resource_id, untrusted_text_pointers=tuple(untrusted_text_pointers))
     now = timezone.now()
-    fields = {"result_status": status, "result_value": value if status == "ok" else None,
-              "commit_status": commit_status, "observed_at": now, "next_attempt_at": None}
+    fields = {"commit_status": commit_status, "observed_at": now, "next_attempt_at": None, "result_status": status}
     if external_resource_id:
         fields["external_resource_id"] = external_resource_id
     if error:
+        error = redacted(invocation, error)
         fields.update(error_code=error.get("code", ""), error_message=error.get("message", ""), error_detail=error)
     with transaction.atomic():
-        nbytes = _store_messages(invocation, result)
-        invocation_transition(invocation=invocation, src=src, dst=dst, kind=kind, data=data or {}, fields=fields)
+        encoded = _store_messages(invocation, result)
+        # The record keeps what the model got: redacted, untrusted text wrapped — never the raw value.
+        fields["result_value"] = json.loads(encoded.full_bytes) if status == "ok" else None
+        invocation_transition(invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}),
+                              fields=fields)
         _settle_idempotency(invocation, ok=status == "ok")
-    budget_add_result_bytes(run_id=invocation.run_id, nbytes=nbytes)
+    budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes)
     return invocation
 
 

@@ -518,11 +518,16 @@ def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -
             code="not_cancellable", extra={"state": invocation.state},
         )
     try:
-        invocation_transition(
-            invocation=invocation, src=invocation.state, dst=State.CANCELLED_BEFORE_COMMIT, kind="cancelled",
-            data={"reason": reason}, actor=actor,
-            fields={"error_code": "cancelled", "error_message": reason or "cancelled before the commit boundary"},
-        )
+        with transaction.atomic():
+            invocation_transition(
+                invocation=invocation, src=invocation.state, dst=State.CANCELLED_BEFORE_COMMIT, kind="cancelled",
+                data={"reason": reason}, actor=actor,
+                fields={"error_code": "cancelled", "error_message": reason or "cancelled before the commit boundary"},
+            )
+            # A confirmation still waiting for a human has nothing left to decide.
+            Confirmation.objects.filter(invocation=invocation, state=Confirmation.Status.PENDING).update(
+                state=Confirmation.Status.CANCELLED, decided_at=timezone.now(), reason=reason or "call cancelled"
+            )
     except TransitionConflict:
         invocation.refresh_from_db()
         raise Conflict(

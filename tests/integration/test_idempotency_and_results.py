@@ -372,21 +372,13 @@ def test_cancel_before_the_boundary_prevents_the_call(demo_agent, settings, demo
         payload = _payload("openai", message)
         assert payload["ok"] is False and payload["error"]["code"] == "cancelled"
         assert payload["commit_status"] == "not_committed"
-    # Approving the cancelled one afterwards changes nothing.
-    with pytest.raises(Conflict):
-        _approve(pending["id"])
+    # Nothing is left to approve: the cancel closed the waiting confirmation.
+    assert not Confirmation.objects.filter(invocation_id=pending["id"], state="pending").exists()
     assert Invocation.objects.get(pk=pending["id"]).state == "CANCELLED_BEFORE_COMMIT"
     assert demo_services.requests_log("calendar") == []
     assert demo_services.calendar_events("primary") == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: invocations_app/services.py:521-525 invocation_cancel moves an AUTHORIZED invocation to "
-    "CANCELLED_BEFORE_COMMIT but leaves its Confirmation 'pending'; when it falls due, "
-    "confirmations.py:115 confirmation_expire raises TransitionConflict (AUTHORIZED expected), so "
-    "confirmations_expire_due (the beat task, ordered by created_at) crashes on it every cycle and never expires "
-    "the due confirmations after it"
-))
 @pytest.mark.django_db(transaction=True)
 def test_cancelling_a_call_awaiting_confirmation_closes_its_confirmation(demo_agent):
     call = _model_call(demo_agent, [CAL])
@@ -646,7 +638,7 @@ def _echo_spec() -> ToolSpec:
 
 
 def _run_echo(demo_agent, echo_server, path: str, proposal_id: str) -> tuple[dict, list[bytes]]:
-    spec = _echo_spec() if not ToolSpec.objects.filter(name="web.fetch_authed").exists() else ToolSpec.objects.get(name="web.fetch_authed")
+    spec = ToolSpec.objects.filter(name="web.fetch_authed").first() or _echo_spec()
     call = _model_call(demo_agent, [spec.ref])
     inv = _created(_post(demo_agent, call, proposal_id, spec.ref, {"url": f"{echo_server.base}{path}"}))
     done = _settled(demo_agent, inv["id"], states=("OBSERVED", "FAILED_BEFORE_COMMIT"))
@@ -675,12 +667,6 @@ def test_an_echoed_credential_is_redacted_from_the_tool_message(demo_agent, work
     assert secret.encode() not in bytes(ResultBody.objects.get(invocation_id=done["id"]).body)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: invocations_app/results.py:55-60 invocation_finish_with_message stores the executor's raw, "
-    "unredacted value in Invocation.result_value (and error_message/error_detail), which "
-    "serializers.py:191 returns as result.value_or_error from GET /api/v1/invocations/{id}: a credential "
-    "the tool echoes back reaches the agent runtime although the tool message redacts it (SPEC §5, §10)"
-))
 @pytest.mark.django_db(transaction=True)
 def test_an_echoed_credential_never_reaches_the_invocation_resource(demo_agent, worker, echo_server):
     secret = settings.TOOLOPS_TOOL_SECRETS["DEMO_CALENDAR_TOKEN"]
@@ -690,12 +676,6 @@ def test_an_echoed_credential_never_reaches_the_invocation_resource(demo_agent, 
     assert leaks == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: invocations_app/execution.py:184-186 (execution_record) stores Attempt.outcome and appends the attempt_ended "
-    "event with outcome.to_dict() unredacted, and results.py:60 copies the tool's error message into "
-    "Invocation.error_message/error_detail: a tool's error text echoing the credential lands in the "
-    "append-only Event log and in GET /invocations/{id} and /events (only the tool message is redacted)"
-))
 @pytest.mark.django_db(transaction=True)
 def test_an_echoed_credential_in_a_tool_error_never_reaches_the_record(demo_agent, worker, echo_server):
     secret = settings.TOOLOPS_TOOL_SECRETS["DEMO_CALENDAR_TOKEN"]

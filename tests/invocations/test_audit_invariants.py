@@ -30,6 +30,7 @@ from invocations_app.confirmations import (
 )
 from invocations_app.execution import execution_claim, execution_run, reconcile
 from invocations_app.models import Confirmation, Event, Invocation, Proposal
+from specs_app.models import ToolSpec
 from tests.builders import DIALECT, make_capability, make_grant, make_subject, make_toolspec
 from toolops.errors import ApplicationError
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome
@@ -69,18 +70,24 @@ def calendar_lookup(arguments, ctx):
 # --- the legitimate world, built through the services -----------------------------------------------
 
 
+def _published(name: str) -> ToolSpec | None:
+    return ToolSpec.objects.filter(name=name, version=1).first()
+
+
 class World:
-    """Three tools, a subject holding grants, one without any, and a run + model call for each."""
+    """Three tools (published once), a subject holding grants, one without any, a run + model call each."""
 
     def __init__(self, user):
         self.user = user
-        self.weather = make_toolspec(executor={"kind": "python", "callable": f"{HERE}.forecast"})
-        self.alerts = make_toolspec(  # read-only, but a human must confirm it
+        self.weather = _published("weather.get_forecast") or make_toolspec(
+            executor={"kind": "python", "callable": f"{HERE}.forecast"},
+        )
+        self.alerts = _published("weather.get_alerts") or make_toolspec(  # read-only, but a human must confirm it
             name="weather.get_alerts", executor={"kind": "python", "callable": f"{HERE}.forecast"},
             confirmation_policy={"required": True, "expires_seconds": 600},
         )
         make_capability(name="calendar.write", operation_class="create")
-        self.calendar = make_toolspec(
+        self.calendar = _published("calendar.create_event") or make_toolspec(
             name="calendar.create_event",
             schema={
                 "$schema": DIALECT, "type": "object",
@@ -536,9 +543,8 @@ def test_parse_since_reads_iso_dates_and_datetimes():
             parse_since(bad)
 
 
-def test_a_fresh_invocation_id_is_not_confused_with_another(inv):
-    """Violations name the invocation they are about, as a string id that exists."""
-    plant_gap(inv["write_observed"])
+def test_a_violation_names_its_invocation_by_id(inv):
+    plant_gap(inv["write_prepared"])
     (violation,) = audit()
     assert Invocation.objects.filter(pk=uuid.UUID(violation.invocation_id)).exists()
-    assert violation.as_dict() == {"kind": "seq_gap", "invocation_id": str(inv["write_observed"].pk), "detail": violation.detail}
+    assert violation.as_dict() == {"kind": "seq_gap", "invocation_id": str(inv["write_prepared"].pk), "detail": violation.detail}

@@ -449,3 +449,9 @@ def render(fmt: str, encoded: EncodedResult, *, tool_call_id: str, is_error: boo
     if fmt == "mcp":
         return render_mcp(encoded, is_error=is_error)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+def redact(value: Any, *, policy: ResultPolicy) -> Any:
+    """``value`` with every secret and pattern match replaced — for records outside tool
+    messages (attempt outcomes, events, error texts) that must not keep credentials either."""
+    return _transform(value, _Redactor(policy), (), set())
