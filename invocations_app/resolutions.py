@@ -312,48 +312,60 @@ def _run_is_live(invocation: Invocation) -> bool:
     return Run.objects.filter(pk=invocation.run_id, status=Run.Status.ACTIVE).exists()
 
 
+NOT_COMMITTED_ERROR = {
+    "code": "not_committed",
+    "message": "Support staff verified that this call did not take effect; nothing was changed. "
+               "Propose a new call if it is still needed.",
+}
+
+
 def _apply(invocation: Invocation, *, user, by: list[str], decision_seq: int, action: str, external_resource_id: str,
            evidence: str, reason: str) -> bool:
     """The state change of a decided resolution (inside the caller's transaction, row locked).
 
-    Returns whether a model-facing tool message was written.
+    Returns whether a model-facing tool message was written (only while the run is active).
     """
     live = _run_is_live(invocation)
     note = {"by": by, "decision_seq": decision_seq, "reason": reason, "evidence": evidence, "run_live": live}
-    now = timezone.now()
     if action == MARK_COMMITTED:
-        invocation_transition(
-            invocation=invocation, src=State.OUTCOME_UNKNOWN, dst=State.COMMITTED, kind="resolved_committed",
-            actor=_actor(user), data={**note, "external_resource_id": external_resource_id},
-            fields={"commit_status": Commit.COMMITTED, "external_resource_id": external_resource_id,
-                    "next_attempt_at": None, "error_code": "", "error_message": "", "error_detail": {}},
-        )
-        if live:
-            invocation_finish_with_message(
-                invocation=invocation, src=State.COMMITTED, dst=State.OBSERVED, kind="observed", status="ok",
-                value={"resolved_by": "support", "external_resource_id": external_resource_id,
-                       "message": "Support staff verified that this call took effect."},
-                commit_status=Commit.COMMITTED, external_resource_id=external_resource_id,
-                data={"resolution": "support", "decision_seq": decision_seq},
-            )
-            return True
+        return _apply_committed(invocation, actor=_actor(user), note=note, external_resource_id=external_resource_id, live=live)
+    return _apply_not_committed(invocation, actor=_actor(user), note=note, live=live)
+
+
+def _apply_committed(invocation: Invocation, *, actor: str, note: dict, external_resource_id: str, live: bool) -> bool:
+    invocation_transition(
+        invocation=invocation, src=State.OUTCOME_UNKNOWN, dst=State.COMMITTED, kind="resolved_committed", actor=actor,
+        data={**note, "external_resource_id": external_resource_id},
+        fields={"commit_status": Commit.COMMITTED, "external_resource_id": external_resource_id,
+                "next_attempt_at": None, "error_code": "", "error_message": "", "error_detail": {}},
+    )
+    if not live:
+        # COMMITTED → OBSERVED would claim a message was given back; the run has ended, so none is.
         _settle_idempotency(invocation, IdempotencyRecord.Status.SUCCEEDED)
         return False
-    error = {"code": "not_committed",
-             "message": "Support staff verified that this call did not take effect; nothing was changed. "
-                        "Propose a new call if it is still needed."}
+    invocation_finish_with_message(
+        invocation=invocation, src=State.COMMITTED, dst=State.OBSERVED, kind="observed", status="ok",
+        value={"resolved_by": "support", "external_resource_id": external_resource_id,
+               "message": "Support staff verified that this call took effect."},
+        commit_status=Commit.COMMITTED, external_resource_id=external_resource_id,
+        data={"resolution": "support", "decision_seq": note["decision_seq"]},
+    )
+    return True
+
+
+def _apply_not_committed(invocation: Invocation, *, actor: str, note: dict, live: bool) -> bool:
     if live:
         invocation_finish_with_message(
             invocation=invocation, src=State.OUTCOME_UNKNOWN, dst=State.FAILED_BEFORE_COMMIT, kind="resolved_not_committed",
-            status="error", error=error, commit_status=Commit.NOT_COMMITTED, data=note,
+            status="error", error=NOT_COMMITTED_ERROR, commit_status=Commit.NOT_COMMITTED, data=note,
         )
         return True
     invocation_transition(
         invocation=invocation, src=State.OUTCOME_UNKNOWN, dst=State.FAILED_BEFORE_COMMIT, kind="resolved_not_committed",
-        actor=_actor(user), data=note,
+        actor=actor, data=note,
         fields={"commit_status": Commit.NOT_COMMITTED, "result_status": "error", "result_value": None,
-                "error_code": error["code"], "error_message": error["message"], "error_detail": error,
-                "observed_at": now, "next_attempt_at": None},
+                "error_code": NOT_COMMITTED_ERROR["code"], "error_message": NOT_COMMITTED_ERROR["message"],
+                "error_detail": NOT_COMMITTED_ERROR, "observed_at": timezone.now(), "next_attempt_at": None},
     )
     _settle_idempotency(invocation, IdempotencyRecord.Status.FAILED)
     return False

@@ -65,7 +65,7 @@ def forged_post(page, url: str, form: dict) -> tuple[int, str]:
     )
 
 
-def test_a_support_user_looks_up_then_marks_an_unknown_transfer_not_committed(login, live_server, payments, finance):
+def test_it_lets_support_look_up_then_mark_an_unknown_transfer_not_committed(login, live_server, payments, finance):
     unknown = make_unknown(finance, payments, PAYMENT_ARGS)
     support = make_staff("support")
     assign_perm("specs_app.resolve_toolspec", support, payments)
@@ -131,7 +131,7 @@ def test_a_support_user_looks_up_then_marks_an_unknown_transfer_not_committed(lo
     assert RECORD_SHOT.stat().st_size > 10_000
 
 
-def test_a_user_without_resolve_cannot_see_or_post_it(login, live_server, payments, finance):
+def test_it_hides_the_call_from_a_user_without_resolve_and_refuses_their_posts(login, live_server, payments, finance):
     unknown = make_unknown(finance, payments, PAYMENT_ARGS)
     stranger = make_staff("stranger")
     assign_perm("specs_app.approve_toolspec", stranger, make_spec("calendar.create_event"))
@@ -153,7 +153,7 @@ def test_a_user_without_resolve_cannot_see_or_post_it(login, live_server, paymen
     assert not Event.objects.filter(invocation=unknown, actor="user:stranger").exists()
 
 
-def test_with_four_eyes_one_person_alone_cannot_finish_it(browser, login, live_server, finance):
+def test_it_needs_a_second_person_to_finish_a_four_eyes_resolution(browser, login, live_server, finance):
     spec = make_spec("payments.transfer", four_eyes=True)
     unknown = make_unknown(finance, spec, PAYMENT_ARGS)
     alice, bob = make_staff("alice"), make_staff("bob")

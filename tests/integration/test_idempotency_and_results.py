@@ -28,7 +28,6 @@ from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 from tests.builders import Agent
-from toolops.errors import Conflict
 
 from .conftest import wait_for
 

@@ -247,7 +247,7 @@ def test_it_requires_a_staff_login_csrf_and_post(unknown, support):
 
 # --- look up now -----------------------------------------------------------------------------------
 
-def test_look_up_now_shows_the_answer_records_who_and_why_and_changes_nothing(unknown, support):
+def test_it_looks_up_now_shows_the_answer_records_who_and_why_and_changes_nothing(unknown, support):
     client = client_for(support)
     resp = act(client, unknown, "lookup", reason="customer asks whether the money left")
     [message] = messages_of(resp)
@@ -263,7 +263,7 @@ def test_look_up_now_shows_the_answer_records_who_and_why_and_changes_nothing(un
     assert 'data-testid="lookup-answer"' in resp.content.decode()
 
 
-def test_every_action_needs_a_reason(unknown, support):
+def test_it_requires_a_reason_for_every_action(unknown, support):
     client = client_for(support)
     for verb, form in [("lookup", {}), ("mark-committed", {"external_resource_id": "trf_1", "evidence": "ledger"}),
                        ("mark-not-committed", {"evidence": "ledger"})]:
@@ -276,7 +276,7 @@ def test_every_action_needs_a_reason(unknown, support):
 
 # --- mark committed / not committed -------------------------------------------------------------
 
-def test_mark_not_committed_needs_evidence_then_fails_the_call_with_a_tool_message(unknown, support):
+def test_it_marks_not_committed_only_with_evidence_and_fails_the_call_with_a_tool_message(unknown, support):
     client = client_for(support)
     resp = act(client, unknown, "mark-not-committed", reason="checked", evidence="")
     assert any("evidence is required" in m for m in messages_of(resp))
@@ -303,7 +303,7 @@ def test_mark_not_committed_needs_evidence_then_fails_the_call_with_a_tool_messa
     assert resp.context["rows"] == [], "resolved calls leave the queue"
 
 
-def test_mark_committed_needs_the_external_id_and_evidence_then_observes_with_a_tool_message(unknown, support):
+def test_it_marks_committed_only_with_an_external_id_and_evidence_and_observes_with_a_tool_message(unknown, support):
     client = client_for(support)
     resp = act(client, unknown, "mark-committed", reason="found it", evidence="ledger line 7", external_resource_id=" ")
     assert any("external resource id is required" in m for m in messages_of(resp))
@@ -325,7 +325,7 @@ def test_mark_committed_needs_the_external_id_and_evidence_then_observes_with_a_
     assert IdempotencyRecord.objects.get(invocation=unknown).status == "succeeded"
 
 
-def test_no_tool_message_is_emitted_once_the_run_has_ended(payments, finance, support):
+def test_it_emits_no_tool_message_once_the_run_has_ended(payments, finance, support):
     committed = make_unknown(finance, payments, PAYMENT_ARGS)
     failed = make_unknown(finance, payments, {**PAYMENT_ARGS, "memo": "other"})
     run_finish(run=committed.run, reason="the agent stopped")
@@ -346,7 +346,7 @@ def test_no_tool_message_is_emitted_once_the_run_has_ended(payments, finance, su
     assert "after its run had ended, so no tool message was emitted" in record
 
 
-def test_a_second_resolution_is_told_who_resolved_it_first(unknown, support):
+def test_it_tells_a_second_resolver_who_resolved_it_first(unknown, support):
     other = make_staff("other")
     assign_perm("specs_app.resolve_toolspec", other, unknown.tool_spec)
     act(client_for(support), unknown, "mark-not-committed", reason="r", evidence="e")
@@ -358,14 +358,14 @@ def test_a_second_resolution_is_told_who_resolved_it_first(unknown, support):
 
 # --- re-send -------------------------------------------------------------------------------------------
 
-def test_resend_is_refused_for_a_tool_without_idempotency(unknown, support):
+def test_it_refuses_to_resend_a_tool_without_idempotency(unknown, support):
     resp = act(client_for(support), unknown, "resend", reason="try again")
     assert any("only for write_idempotent" in m for m in messages_of(resp))
     unknown.refresh_from_db()
     assert unknown.state == "OUTCOME_UNKNOWN" and unknown.attempts.count() == 1
 
 
-def test_look_up_then_resend_a_calendar_call_with_the_same_key_creates_one_event(demo_services):
+def test_it_looks_up_then_resends_a_calendar_call_with_the_same_key_creating_one_event(demo_services):
     calendar = make_spec("calendar.create_event")
     planner = make_planner()
     unknown = make_unknown(planner, calendar, CALENDAR_ARGS)
@@ -387,7 +387,7 @@ def test_look_up_then_resend_a_calendar_call_with_the_same_key_creates_one_event
     assert [e["id"] for e in events] == [unknown.external_resource_id]
 
 
-def test_a_lookup_that_finds_the_effect_prefills_mark_committed(demo_services):
+def test_it_prefills_mark_committed_from_a_lookup_that_finds_the_effect(demo_services):
     calendar = make_spec("calendar.create_event")
     unknown = make_unknown(make_planner(), calendar, CALENDAR_ARGS)
     # The first attempt did reach the calendar; only its response was lost.
@@ -423,7 +423,7 @@ def alice_and_bob(four_eyes_unknown):
     return users
 
 
-def test_four_eyes_one_person_alone_cannot_finish_a_resolution(four_eyes_unknown, alice_and_bob):
+def test_it_needs_a_second_person_under_four_eyes(four_eyes_unknown, alice_and_bob):
     alice, bob = alice_and_bob
     inv = four_eyes_unknown
     resp = act(client_for(alice), inv, "mark-not-committed", reason="no debit", evidence="statement")
@@ -456,7 +456,7 @@ def test_four_eyes_one_person_alone_cannot_finish_a_resolution(four_eyes_unknown
     assert Event.objects.get(invocation=inv, kind="resolved_not_committed").data["by"] == ["alice", "bob"]
 
 
-def test_four_eyes_a_rejected_proposal_leaves_the_call_unknown(four_eyes_unknown, alice_and_bob):
+def test_it_leaves_the_call_unknown_when_a_four_eyes_proposal_is_rejected(four_eyes_unknown, alice_and_bob):
     alice, bob = alice_and_bob
     inv = four_eyes_unknown
     act(client_for(alice), inv, "mark-committed", reason="r", evidence="e", external_resource_id="trf_1")
@@ -476,7 +476,7 @@ def test_four_eyes_a_rejected_proposal_leaves_the_call_unknown(four_eyes_unknown
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_two_people_resolving_at_once_exactly_one_wins():
+def test_it_lets_exactly_one_of_two_concurrent_resolvers_win():
     require_postgres()
     payments = make_spec("payments.transfer")
     finance = make_finance_agent()
@@ -533,7 +533,7 @@ def resolved(unknown, support):
     return unknown
 
 
-def test_the_record_answers_the_eight_questions(resolved, support):
+def test_it_answers_the_eight_questions_on_the_record_page(resolved, support):
     inv = resolved
     resp = client_for(support).get(f"/console/calls/{inv.pk}/")
     assert resp.status_code == 200
@@ -574,12 +574,9 @@ def test_the_record_answers_the_eight_questions(resolved, support):
     assert str(inv.run_id) in html and inv.trace_id in html
 
 
-def test_the_record_links_related_invocations(resolved, support, finance):
-    from invocations_app.models import Proposal
-
+def test_it_links_related_invocations_from_the_record(resolved, support, finance):
     twin = make_unknown(finance, resolved.tool_spec, {**PAYMENT_ARGS, "memo": "twin"})
     Invocation.objects.filter(pk=twin.pk).update(idempotency_key=resolved.idempotency_key, edited_from=resolved)
-    Proposal.objects.filter(pk=twin.proposal_id)  # (the twin keeps its own proposal)
     resp = client_for(support).get(f"/console/calls/{resolved.pk}/")
     r = resp.context["r"]
     assert [i.pk for i in r.same_key] == [twin.pk] and [i.pk for i in r.edits] == [twin.pk]
@@ -587,7 +584,7 @@ def test_the_record_links_related_invocations(resolved, support, finance):
     assert f'href="/console/calls/{resolved.pk}/" data-testid="edited-from"' in twin_record
 
 
-def test_the_record_is_read_in_a_fixed_number_of_queries(resolved, support):
+def test_it_reads_the_record_in_a_fixed_number_of_queries(resolved, support):
     client = client_for(support)
     client.get(f"/console/calls/{resolved.pk}/")
     with CaptureQueriesContext(connection) as before:
@@ -602,7 +599,7 @@ def test_the_record_is_read_in_a_fixed_number_of_queries(resolved, support):
     assert len(after) == len(before) <= 25, [q["sql"] for q in after.captured_queries]
 
 
-def test_who_may_read_a_record(unknown):
+def test_it_shows_the_record_to_viewers_approvers_resolvers_and_superusers_only(unknown):
     path = f"/console/calls/{unknown.pk}/"
     assert client_for(make_staff("stranger")).get(path).status_code == 403
     viewer = make_staff("viewer")
@@ -623,7 +620,7 @@ def test_who_may_read_a_record(unknown):
     assert client_for(resolver).get("/console/calls/00000000-0000-0000-0000-000000000000/").status_code == 404
 
 
-def test_the_record_of_a_call_naming_no_visible_tool(finance, payments):
+def test_it_records_a_call_naming_no_visible_tool(finance, payments):
     from invocations_app.services import proposal_admit, run_create
 
     run = run_create(subject=finance, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)

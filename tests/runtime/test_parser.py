@@ -19,7 +19,7 @@ REASONS = [
     (b'{"a": NaN}', "non_finite_number"),
     (b"[-Infinity]", "non_finite_number"),
     (b"[1e999]", "number_out_of_range"),
-    (b"[9007199254740992]", "number_out_of_range"),
+    (b"[9007199254740993]", "number_out_of_range"),  # 2**53 + 1: no double holds it
     (b'["\\ud800"]', "invalid_unicode_escape"),
     (b"{} x", "trailing_data"),
     (b"{'a': 1}", "syntax_error"),
@@ -63,6 +63,11 @@ def test_it_rejects_a_duplicate_key_deep_inside_arrays():
     with pytest.raises(ParseRejected) as info:
         parse_strict(b'[[{"x": [{"k": 1, "k": 1}]}]]')
     assert info.value.reason == "duplicate_key"
+
+
+def test_it_keeps_a_large_integer_a_double_holds_exactly_as_that_double():
+    assert parse_strict(b"[10000000000000000, 1e16]") == [1e16, 1e16]
+    assert parse_strict(b"[9007199254740992]") == [float(2**53)]
 
 
 def test_it_allows_the_largest_safe_integers_and_underflow():

@@ -10,8 +10,10 @@ Stricter than RFC 8259 where the runtime needs it. Each rejection carries a stab
                               pre-scan, so a hostile 100,000-level input never reaches a recursive decoder
 * ``duplicate_key``           the same member name twice in one object, at any depth
 * ``non_finite_number``       the ``NaN``, ``Infinity`` or ``-Infinity`` literals
-* ``number_out_of_range``     a number that overflows a double (``1e999``) or an integer beyond
-                              ±(2**53 − 1): every accepted value must be canonicalizable by RFC 8785
+* ``number_out_of_range``     a number that overflows a double (``1e999``) or an integer literal that
+                              no double holds exactly: every accepted value must be canonicalizable by
+                              RFC 8785 (integers beyond ±(2**53 − 1) that a double holds exactly are
+                              accepted as that double, like the same number written ``1e16``)
 * ``invalid_unicode_escape``  a ``\\u`` escape that leaves a lone surrogate (not encodable as UTF-8)
 * ``trailing_data``           anything but whitespace after the value
 * ``syntax_error``            everything else (bad tokens, control characters in strings, …)
@@ -128,14 +130,23 @@ def _parse_float(text: str) -> float:
     return value
 
 
-def _parse_int(text: str) -> int:
+def _parse_int(text: str) -> int | float:
+    """Safe integers stay ints; a larger literal is kept only if a double holds it exactly.
+
+    That is the I-JSON / RFC 8785 number model: ``1e16`` and ``10000000000000000`` are the same
+    value and must be accepted (or refused) alike, and canonicalization prints that double
+    back as ``10000000000000000``, which must parse to the same value again.
+    """
+    digits = len(text.lstrip("-"))
+    if digits <= 15:
+        return int(text)
     # Digit count first: int() of a 100,000-digit literal is slow and raises on 3.11+ limits.
-    if len(text.lstrip("-")) > 16:
-        raise ParseRejected("number_out_of_range", f"integer {text[:40]}… is beyond ±(2**53 − 1)")
-    value = int(text)
-    if abs(value) > MAX_SAFE_INTEGER:
-        raise ParseRejected("number_out_of_range", f"integer {text} is beyond ±(2**53 − 1)")
-    return value
+    value = int(text) if digits <= 310 else None
+    if value is not None and abs(value) <= MAX_SAFE_INTEGER:
+        return value
+    if value is not None and int(float(value)) == value:
+        return float(value)
+    raise ParseRejected("number_out_of_range", f"integer {text[:40]} is not exactly representable as a double")
 
 
 _DECODER = json.JSONDecoder(
