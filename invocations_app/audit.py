@@ -36,8 +36,11 @@ Scale: invocations are read in ``(created_at, id)`` order by keyset pages of ``c
 rows; each page's events and confirmations are fetched with it (``IN`` lists of at most
 ``IN_BATCH`` ids), so memory is bounded by one page whatever the table size, and no cursor stays
 open between pages. Outside a caller's transaction each page is read in one transaction
-(REPEATABLE READ, READ ONLY on PostgreSQL), so a row and its events are seen at the same
-instant even while workers keep writing.
+(REPEATABLE READ, READ ONLY on PostgreSQL; on SQLite the backend's ``BEGIN IMMEDIATE``, which
+holds writers back for the few milliseconds a page takes to read), so a row and its events are
+seen at the same instant even while workers keep writing; the checks themselves run outside it.
+An invocation committed during the scan with a ``created_at`` behind the scan position is left
+for the next run.
 
 ``since`` bounds the scan by ``Invocation.created_at``: an invocation created at or after it
 is checked whole (all its events and confirmations, however late they were written); older

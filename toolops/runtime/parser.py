@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import rfc8785
+
 PARSER_NAME = "toolops.strict_json"
 PARSER_VERSION = "1"
 MAX_SAFE_INTEGER = 2**53 - 1
@@ -131,22 +133,24 @@ def _parse_float(text: str) -> float:
 
 
 def _parse_int(text: str) -> int | float:
-    """Safe integers stay ints; a larger literal is kept only if a double holds it exactly.
+    """Safe integers stay ints; a larger literal is accepted only as RFC 8785 spells a double.
 
     That is the I-JSON / RFC 8785 number model: ``1e16`` and ``10000000000000000`` are the same
-    value and must be accepted (or refused) alike, and canonicalization prints that double
-    back as ``10000000000000000``, which must parse to the same value again.
+    double and are accepted alike, and canonicalization prints a large integral double as such
+    a literal, which must parse back to the same value. A literal that is not the canonical
+    spelling of a double (``9007199254740993``) would be silently rounded: refused.
     """
     digits = len(text.lstrip("-"))
     if digits <= 15:
         return int(text)
-    # Digit count first: int() of a 100,000-digit literal is slow and raises on 3.11+ limits.
-    value = int(text) if digits <= 310 else None
+    # Digit count first: int() of a 100,000-digit literal is slow and raises on 3.11+ limits;
+    # beyond 21 digits RFC 8785 switches to exponent notation, so no such literal is canonical.
+    value = int(text) if digits <= 21 else None
     if value is not None and abs(value) <= MAX_SAFE_INTEGER:
         return value
-    if value is not None and int(float(value)) == value:
+    if value is not None and rfc8785.dumps(float(value)) == text.encode("ascii"):
         return float(value)
-    raise ParseRejected("number_out_of_range", f"integer {text[:40]} is not exactly representable as a double")
+    raise ParseRejected("number_out_of_range", f"integer {text[:40]} is not exactly the canonical form of a double")
 
 
 _DECODER = json.JSONDecoder(
