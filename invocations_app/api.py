@@ -117,7 +117,12 @@ class InvocationDetailView(APIView):
         inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
         selectors.invocations_wait(invocations=[inv], seconds=_wait_seconds(request))
         request.trace_id = inv.trace_id
-        return Response(invocation_to_dict(inv))
+        body = invocation_to_dict(inv)
+        # The record (SPEC §12): what the model saw, and where the result went next.
+        body["tool_definition_seen"] = selectors.tool_definition_seen(invocation=inv)
+        body["included_in_model_calls"] = selectors.model_calls_including(invocation=inv)
+        body["tool_messages_available"] = sorted(inv.tool_messages.values_list("format", flat=True))
+        return Response(body)
 
 
 class InvocationEventsView(APIView):

@@ -9,7 +9,7 @@ from specs_app.models import Subject
 from toolops.errors import NotFound
 from toolops.runtime.states import TERMINAL, State
 
-from .models import Event, Invocation, ModelCall, Run
+from .models import Event, Invocation, ModelCall, ModelCallTool, Run
 
 # Where ``?wait=`` stops: a terminal state, an unknown outcome (reconciliation takes its
 # time), or an invocation awaiting a human's confirmation.
@@ -71,3 +71,26 @@ def invocations_wait(*, invocations: list[Invocation], seconds: float, poll: flo
             inv.refresh_from_db()
         pending = [inv for inv in pending if not is_settled(inv)]
     return invocations
+
+
+def model_calls_including(*, invocation: Invocation) -> list[str]:
+    """Ids of the run's model calls whose context carried this invocation's tool message."""
+    from django.db import connection
+
+    calls = ModelCall.objects.filter(run_id=invocation.run_id).order_by("created_at")
+    if connection.vendor == "postgresql":
+        return [str(pk) for pk in calls.filter(context__contains=[str(invocation.pk)]).values_list("pk", flat=True)]
+    # SQLite has no JSON containment operator; a run has few model calls.
+    return [str(c.pk) for c in calls.only("pk", "context") if str(invocation.pk) in (c.context or [])]
+
+
+def tool_definition_seen(*, invocation: Invocation) -> dict | None:
+    """The ToolSpec definition exactly as rendered for the model call that proposed this call."""
+    row = (
+        ModelCallTool.objects.filter(model_call_id=invocation.model_call_id, tool_spec_id=invocation.tool_spec_id)
+        .select_related("model_call").only("rendered", "model_facing_name", "tool_ref", "model_call__format").first()
+    )
+    if row is None:
+        return None
+    return {"format": row.model_call.format, "model_facing_name": row.model_facing_name, "tool": row.tool_ref,
+            "rendered": row.rendered}

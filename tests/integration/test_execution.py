@@ -116,3 +116,47 @@ def test_it_carries_the_callers_trace_to_events_worker_logs_and_the_tool(demo_ag
     worker_lines = [line for line in worker.output().splitlines() if f"trace_id={trace_id}" in line]
     assert any("attempt 1 of calendar.create_event@1 sent" in line and f"span_id={attempt_span}" in line for line in worker_lines)
     assert any(f"execute {inv['id']}" in line for line in worker_lines)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_answers_the_eight_questions_of_the_record_for_the_spec_14_call(demo_agent, worker):
+    """SPEC §12 through the API, for the §14 example."""
+    import base64
+
+    from invocations_app.models import ToolMessage
+
+    raw = json.dumps(CALENDAR_ARGS, ensure_ascii=False)
+    run = demo_agent.run(timezone="Asia/Shanghai")
+    call = demo_agent.model_call(run["id"], tools=["calendar.create_event@1"], format="anthropic")
+    inv = demo_agent.post(f"/api/v1/model-calls/{call['id']}/proposals",
+                          {"proposal_id": "toolu_1", "name": "calendar-create_event_v1", "arguments": raw}).json()
+    _approve(inv["id"])
+    _settled(demo_agent, inv["id"])
+    later = demo_agent.model_call(run["id"], tools=["calendar.create_event@1"], context=[inv["id"]])
+    record = demo_agent.get(f"/api/v1/invocations/{inv['id']}").json()
+    # 1. which ToolSpec version, rendered as the model saw it
+    seen = record["tool_definition_seen"]
+    assert (seen["tool"], seen["format"], seen["rendered"]["name"]) == ("calendar.create_event@1", "anthropic", "calendar-create_event_v1")
+    # 2. the raw proposal bytes
+    assert base64.b64decode(record["proposal"]["arguments_bytes_b64"]) == raw.encode()
+    # 3. what the parser, validator and normalizer produced, with versions and context
+    assert record["proposal"]["parser"]["name"] == "toolops.strict_json"
+    assert record["validation"]["schema"]["validator"] == "jsonschema" and record["validation"]["schema"]["valid"]
+    assert record["normalization_context"]["timezone"] == "Asia/Shanghai"
+    assert record["normalized_arguments"]["start"] == "2026-07-20T09:00:00+08:00"
+    # 4. who authorized it with which capability, and who confirmed which digest
+    assert record["authorization"]["decision"] == "confirm"
+    assert record["authorization"]["capabilities"][0]["capability"] == "calendar.write"
+    assert record["confirmation"]["state"] == "approved" and record["confirmation"]["decided_by"] == "approver"
+    assert record["confirmation"]["digest"] == record["digest"]
+    # 5. the invocation and every attempt, with timings
+    attempt = record["attempts"][0]
+    assert attempt["started_at"] <= attempt["sent_at"] <= attempt["ended_at"] and attempt["commit"] == "committed"
+    # 6. commit status
+    assert record["result"]["commit_status"] == "committed" and record["result"]["external_resource_id"].startswith("evt_")
+    # 7. the exact tool-message bytes
+    served = demo_agent.get(f"/api/v1/invocations/{inv['id']}/tool-message", format="anthropic").content
+    assert served == bytes(ToolMessage.objects.get(invocation_id=inv["id"], format="anthropic").message_bytes)
+    assert json.loads(served)["tool_use_id"] == "toolu_1"
+    # 8. which later model call's context included them
+    assert record["included_in_model_calls"] == [later["id"]]
