@@ -164,10 +164,11 @@ def _stop_before_send(inv: Invocation, attempt: Attempt, code: str, message: str
 
 # --- 3. record ------------------------------------------------------------------------------
 
-def _close_attempt(attempt: Attempt, *, commit: str, failure_class: str | None, outcome: dict, decision: dict | None = None) -> None:
-    Attempt.objects.filter(pk=attempt.pk).update(
+def _close_attempt(attempt: Attempt, *, commit: str, failure_class: str | None, outcome: dict, decision: dict | None = None) -> bool:
+    """End an open attempt; False when someone else already ended it (only one closer wins)."""
+    return bool(Attempt.objects.filter(pk=attempt.pk, ended_at__isnull=True).update(
         ended_at=timezone.now(), commit=commit, failure_class=failure_class or "", outcome=outcome, decision=decision or {}
-    )
+    ))
 
 
 def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
@@ -250,11 +251,13 @@ def recover_abandoned(*, invocation: Invocation, attempt: Attempt) -> Invocation
     lookup; write_unsafe waits for a human) — never a blind second call.
     """
     if attempt.sent_at is None or invocation.tool_spec.side_effect_class == "read_only":
-        _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"abandoned": True})
+        if not _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"abandoned": True}):
+            return invocation  # another recoverer (redelivery or beat) got here first
         event_append(invocation=invocation, kind="attempt_abandoned", data={"attempt": attempt.number, "sent": bool(attempt.sent_at)})
         Invocation.objects.filter(pk=invocation.pk, state=State.EXECUTING).update(next_attempt_at=timezone.now())
         return invocation
-    _close_attempt(attempt, commit=Commit.UNKNOWN, failure_class="timeout_unknown", outcome={"abandoned": True})
+    if not _close_attempt(attempt, commit=Commit.UNKNOWN, failure_class="timeout_unknown", outcome={"abandoned": True}):
+        return invocation  # another recoverer (redelivery or beat) got here first
     event_append(invocation=invocation, kind="attempt_abandoned", data={"attempt": attempt.number, "sent": True})
     return _unknown(invocation, ExecutionOutcome(
         commit=Commit.UNKNOWN, failure_class="timeout_unknown",
@@ -269,6 +272,32 @@ def stale_open_attempts(*, now: datetime | None = None):
             seconds=attempt_timeout(attempt.invocation)
         ) + ABANDON_GRACE:
             yield attempt
+
+
+def _resend_or_fail(invocation: Invocation) -> str:
+    """The tool proved nothing was committed: re-send with the same key, within the retry policy."""
+    last = invocation.attempts.order_by("-number").first()
+    now = timezone.now()
+    decision = decide_retry(
+        failure_class="transient", side_effect_class=invocation.tool_spec.side_effect_class,
+        attempt=max(1, invocation.attempt_count), policy=retry_policy(invocation), now=now, deadline=invocation.deadline,
+    )
+    if decision.action == Action.STOP:
+        invocation_finish_with_message(
+            invocation=invocation, src=State.OUTCOME_UNKNOWN, dst=State.FAILED_BEFORE_COMMIT, kind="failed_before_commit",
+            status="error", commit_status=Commit.NOT_COMMITTED, data={"decision": decision.to_dict(), "evidence": "lookup"},
+            error={"code": "deadline_exceeded" if decision.reason == "deadline" else "not_committed",
+                   "message": f"the tool confirms nothing was committed; no further attempt ({decision.reason})"},
+        )
+        return "failed"
+    due = (last.ended_at if last and last.ended_at else now) + timedelta(seconds=decision.delay_seconds)
+    if due > now:  # honour the backoff between attempts, as a plain retry would
+        Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(next_attempt_at=due)
+        return "waiting"
+    claimed = execution_claim(invocation_id=invocation.pk, resend=True)
+    if claimed:
+        execution_run(invocation=claimed[0], attempt=claimed[1])
+    return "resent"
 
 
 def reconcile(*, invocation: Invocation) -> str:
@@ -296,10 +325,7 @@ def reconcile(*, invocation: Invocation) -> str:
         )
         return "committed"
     if found.committed is False:
-        claimed = execution_claim(invocation_id=invocation.pk, resend=True)
-        if claimed:
-            execution_run(invocation=claimed[0], attempt=claimed[1])
-        return "resent"
+        return _resend_or_fail(invocation)
     Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(
         next_attempt_at=timezone.now() + timedelta(seconds=10)
     )

@@ -397,12 +397,6 @@ def test_provably_never_reached_is_retried_within_budget_for_every_class(
 
 # --- retry budget on the "5xx from a write_idempotent" path ------------------------------------
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: invocations_app/execution.py:188 (execution_record) + :296-300 (reconcile) — a 5xx from a write_idempotent tool goes "
-    "OUTCOME_UNKNOWN → reconcile(), and reconcile() re-sends whenever the lookup proves absence, "
-    "without consulting the retry decision: retry_policy.maximum_attempts (and the backoff) are "
-    "never applied, so a failing service gets a fresh POST every reconcile tick until the deadline"
-))
 def test_503s_on_write_idempotent_respect_maximum_attempts(demo_agent, worker, demo_services):
     """SPEC §9 '429 / transient 5xx × write_idempotent: backoff, same key' within the ToolSpec's
     budget. With maximum_attempts=2 and two 503s queued, at most 2 POSTs may be sent; the lookup
@@ -422,13 +416,6 @@ def test_503s_on_write_idempotent_respect_maximum_attempts(demo_agent, worker, d
 
 # --- 2. a worker pool process killed with SIGKILL mid-attempt ----------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "BUG: invocations_app/execution.py:244-261 recover_abandoned — no guard against a second "
-    "recoverer: the redelivered task (tasks.py:68-75, fires at started_at + timeout + 5 s) and the "
-    "beat scan (tasks.py:88-89 via stale_open_attempts, same threshold) can both read the same open "
-    "attempt; the second one re-closes it, appends a duplicate attempt_abandoned event and then "
-    "raises TransitionConflict (EXECUTING → OUTCOME_UNKNOWN from OUTCOME_UNKNOWN)"
-))
 def test_two_recoverers_of_one_abandoned_attempt_recover_it_once(demo_agent, demo_services):
     """The deterministic interleaving of the two recovery paths the worker runs concurrently:
     both read the open attempt, then both recover it. The second must be a no-op."""
