@@ -28,6 +28,7 @@ from toolops.runtime.execution import Commit, ExecutionOutcome
 from toolops.runtime.retry import Action, RetryPolicy, decide_retry
 from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
+from toolops import otel
 from toolops.tracelog import trace_scope
 
 from . import executors
@@ -166,9 +167,19 @@ def _stop_before_send(inv: Invocation, attempt: Attempt, code: str, message: str
 
 def _close_attempt(attempt: Attempt, *, commit: str, failure_class: str | None, outcome: dict, decision: dict | None = None) -> bool:
     """End an open attempt; False when someone else already ended it (only one closer wins)."""
-    return bool(Attempt.objects.filter(pk=attempt.pk, ended_at__isnull=True).update(
-        ended_at=timezone.now(), commit=commit, failure_class=failure_class or "", outcome=outcome, decision=decision or {}
+    ended = timezone.now()
+    closed = bool(Attempt.objects.filter(pk=attempt.pk, ended_at__isnull=True).update(
+        ended_at=ended, commit=commit, failure_class=failure_class or "", outcome=outcome, decision=decision or {}
     ))
+    if closed:
+        inv = attempt.invocation
+        otel.export_span(
+            name="toolops.attempt", trace_id=inv.trace_id, span_id=attempt.span_id, parent_span_id=inv.span_id,
+            start=attempt.started_at, end=ended, error=bool(failure_class),
+            attributes={"toolops.tool": inv.tool_ref, "toolops.attempt": attempt.number, "toolops.commit": commit,
+                        "toolops.failure_class": failure_class},
+        )
+    return closed
 
 
 def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:

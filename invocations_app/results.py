@@ -12,6 +12,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from toolops import otel
 from toolops.errors import Conflict
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.states import TERMINAL, State
@@ -72,6 +73,11 @@ def invocation_finish_with_message(
                               fields=fields)
         _settle_idempotency(invocation, ok=status == "ok")
     budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes)
+    otel.export_span(
+        name="toolops.invocation", trace_id=invocation.trace_id, span_id=invocation.span_id,
+        parent_span_id=invocation.proposal.span_id, start=invocation.created_at, end=now, error=status != "ok",
+        attributes={"toolops.tool": invocation.tool_ref, "toolops.state": dst, "toolops.commit_status": commit_status},
+    )
     return invocation
 
 

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view, toolspec_renderable, toolspecs_visible_to_subject
+from toolops import otel
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict, UnknownTool
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
@@ -375,7 +376,18 @@ def record_admission(
             _idempotency_claim(invocation, spec, timezone.now())
         if auth and not auth.denied and not auth.needs_human:
             enqueue_when_committed(invocation)
+        if otel.enabled():
+            transaction.on_commit(lambda: _export_admission_span(invocation, proposal, trace))
     return invocation
+
+
+def _export_admission_span(invocation: Invocation, proposal: Proposal, trace: TraceContext | None) -> None:
+    otel.export_span(
+        name="toolops.proposal", trace_id=invocation.trace_id, span_id=proposal.span_id,
+        parent_span_id=trace.parent_span_id if trace else None, start=proposal.received_at, end=timezone.now(),
+        error=invocation.state.endswith("REJECTED"),
+        attributes={"toolops.name": proposal.name, "toolops.state": invocation.state, "toolops.invocation_id": str(invocation.pk)},
+    )
 
 
 # --- idempotency keys (SPEC §8) ---------------------------------------------------------------
