@@ -13,6 +13,7 @@ import logging
 from datetime import timedelta
 from decimal import Decimal
 
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -63,15 +64,16 @@ def budget_take(*, run: Run, key: str, amount=1) -> None:
 def budget_add_result_bytes(*, run_id, nbytes: int) -> None:
     """Count a stored result; going over ``result_bytes`` ends the Run (the result itself stands)."""
     Run.objects.filter(pk=run_id).update(result_bytes_used=F("result_bytes_used") + nbytes)
-    run = Run.objects.get(pk=run_id)
+    run = Run.objects.only("budgets", "result_bytes_used", "status", "trace_id").get(pk=run_id)
     limit = _limit(run, "result_bytes")
     if limit is not None and run.result_bytes_used > limit and run.status == Run.Status.ACTIVE:
-        run_exhaust(run=run, reason="result_bytes budget exhausted")
+        transaction.on_commit(lambda: run_exhaust(run=run, reason="result_bytes budget exhausted"))
 
 
-def attempt_refusal(run: Run) -> str | None:
+def attempt_refusal(run: Run, *, fresh: bool = False) -> str | None:
     """Why a new attempt must not start (checked before each attempt), or None."""
-    run.refresh_from_db(fields=["status", "end_reason"])
+    if not fresh:
+        run.refresh_from_db(fields=["status", "end_reason"])
     if run.status != Run.Status.ACTIVE:
         return f"the run has ended ({run.end_reason})"
     left = wall_clock_left(run)

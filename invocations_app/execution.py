@@ -60,10 +60,10 @@ def _claimable_src(inv: Invocation, now: datetime) -> str | None:
     if inv.state == State.PREPARED:
         return State.PREPARED
     if inv.state == State.AUTHORIZED and inv.tool_spec.side_effect_class == "read_only":
-        pending = inv.confirmations.filter(state=Confirmation.Status.PENDING).exists()
+        states = set(inv.confirmations.values_list("state", flat=True))
         needs = (inv.authorization or {}).get("decision") == "confirm"
-        approved = inv.confirmations.filter(state=Confirmation.Status.APPROVED).exists()
-        return State.AUTHORIZED if not pending and (approved or not needs) else None
+        ready = Confirmation.Status.PENDING not in states and (Confirmation.Status.APPROVED in states or not needs)
+        return State.AUTHORIZED if ready else None
     due = inv.next_attempt_at is not None and inv.next_attempt_at <= now
     if inv.state == State.EXECUTING and due:
         return State.EXECUTING
@@ -135,10 +135,14 @@ def _execute_safely(invocation: Invocation, attempt: Attempt, ctx) -> ExecutionO
 
 
 def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
-    inv.refresh_from_db(fields=["cancel_requested_at", "digest", "deadline"])
+    fresh = Invocation.objects.select_related("run").only(
+        "cancel_requested_at", "digest", "deadline", "run__status", "run__end_reason", "run__budgets", "run__created_at",
+        "run__trace_id",
+    ).get(pk=inv.pk)
+    inv.cancel_requested_at, inv.digest, inv.deadline, inv.run = fresh.cancel_requested_at, fresh.digest, fresh.deadline, fresh.run
     if inv.cancel_requested_at:
         return "cancelled", "cancelled before the request was sent"
-    ended = attempt_refusal(inv.run)
+    ended = attempt_refusal(inv.run, fresh=True)
     if ended:
         return "budget_exhausted", ended
     cost = (inv.tool_spec.executor or {}).get("cost")
@@ -183,7 +187,16 @@ def _close_attempt(attempt: Attempt, *, commit: str, failure_class: str | None, 
 
 
 def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
-    """Record one attempt's outcome by transition (or by scheduling the next attempt)."""
+    """Record one attempt's outcome by transition (or by scheduling the next attempt).
+
+    Closing the attempt and the resulting transitions commit together: one commit per attempt
+    outcome, and no window in which an attempt is closed but its outcome unrecorded.
+    """
+    with transaction.atomic():
+        return _record(invocation, attempt, outcome)
+
+
+def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
     side_effect = invocation.tool_spec.side_effect_class
     record = redacted(invocation, outcome.to_dict())  # tools may echo credentials back
     if outcome.ok:

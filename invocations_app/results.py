@@ -72,7 +72,7 @@ def invocation_finish_with_message(
         invocation_transition(invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}),
                               fields=fields)
         _settle_idempotency(invocation, ok=status == "ok")
-    budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes)
+        budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes)
     otel.export_span(
         name="toolops.invocation", trace_id=invocation.trace_id, span_id=invocation.span_id,
         parent_span_id=invocation.proposal.span_id, start=invocation.created_at, end=now, error=status != "ok",

@@ -8,5 +8,6 @@ urlpatterns = [
     path("api/docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
     path("console/confirmations/", include("invocations_app.console")),
     path("console/", include("invocations_app.console_support")),  # unknown outcomes + the record of a call
+    path("console/", include("invocations_app.dashboard")),  # operations dashboard (console home)
     path("", admin.site.urls),
 ]
