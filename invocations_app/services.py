@@ -457,7 +457,7 @@ def enqueue_when_committed(invocation: Invocation) -> None:
     """Hand a ready invocation (PREPARED, or AUTHORIZED read-only) to the workers after commit."""
     from .tasks import enqueue_execution  # tasks build on services
 
-    enqueue_execution(invocation.pk)
+    enqueue_execution(invocation.pk, traceparent=f"00-{invocation.trace_id}-{invocation.span_id}-01")
 
 
 def _check_chain(steps: list[Step]) -> None:

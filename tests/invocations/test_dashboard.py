@@ -328,8 +328,25 @@ def test_the_cache_expires_after_its_timeout(console, world, monkeypatch):
     stored = {}
     monkeypatch.setattr(dashboard.cache, "set", lambda key, value, timeout: stored.update({key: timeout}))
     _page(console.get(URL))
-    assert stored == {dashboard.CACHE_KEY.format(window="24h"): dashboard.CACHE_SECONDS}
-    assert dashboard.CACHE_SECONDS <= 30
+    assert stored == {
+        dashboard.CACHE_KEY.format(window="24h"): dashboard.CACHE_SECONDS,
+        dashboard.ATTEMPTS_CACHE_KEY.format(window="24h"): dashboard.ATTEMPTS_CACHE_SECONDS["24h"],
+    }
+    assert dashboard.CACHE_SECONDS <= 30 and dashboard.ATTEMPTS_CACHE_SECONDS["24h"] <= 120
+
+
+def test_attempts_are_kept_longer_than_the_rest(console, world, django_assert_num_queries):
+    _page(console.get(URL))
+    world.invocation(State.FAILED_BEFORE_COMMIT, spec=world.calendar, ago=timedelta(hours=1), attempts=("permanent",))
+    cache.delete(dashboard.CACHE_KEY.format(window="24h"))  # the 15 s payload expired, the attempts did not
+    with django_assert_num_queries(COLD_QUERIES - 1):
+        page = _page(console.get(URL))
+    assert _testid(page, "failed-count") == "3"  # states are fresh
+    tools = dict(re.findall(r'data-testid="tool-row" data-tool="([^"]+)" data-attempts="(\d+)"', page))
+    assert tools["calendar.create_event"] == "3"  # attempts as of the first load
+    cache.clear()
+    page = _page(console.get(URL))
+    assert dict(re.findall(r'data-testid="tool-row" data-tool="([^"]+)" data-attempts="(\d+)"', page))["calendar.create_event"] == "4"
 
 
 def test_sparkline_geometry():
