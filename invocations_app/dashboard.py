@@ -48,7 +48,7 @@ from urllib.parse import urlencode
 from django.contrib import admin
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Min, Q
+from django.db.models import Count, F, Min, Q
 from django.db.models.functions import TruncHour
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -305,12 +305,17 @@ def pending_confirmations(*, now: datetime) -> list[dict]:
     )
 
 
+# Attempt has no tool column today, so the tool comes from the invocation (a join per attempt). Once
+# ``Attempt.tool_spec`` exists (see the module docstring) the tiny ToolSpec table is joined instead.
+_ATTEMPT_TOOL = "tool_spec__name" if any(f.name == "tool_spec" for f in Attempt._meta.get_fields()) else "invocation__tool_name"
+
+
 def attempts_by_tool(*, since: datetime, step: timedelta, n: int) -> list[dict]:
     """Attempts started since ``since`` by tool, outcome class and bucket (one grouped query)."""
     return list(
         Attempt.objects.filter(started_at__gte=since)
         .annotate(hour=TruncHour("started_at"))
-        .values("invocation__tool_name", "invocation__tool_version", "failure_class", "hour")
+        .values("failure_class", "hour", tool=F(_ATTEMPT_TOOL))
         .annotate(n=Count("*"), running=Count("pk", filter=Q(ended_at__isnull=True)))
         .order_by()
     )
@@ -365,7 +370,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
                                 created_at__lt=(starts[k] + step).isoformat()),
             ))
     tick_every = 6 if window == "24h" else 4
-    axis = [(round(k * bar_w + bar_w / 2, 1), f"{starts[k]:%H:%M}" if window == "24h" else f"{starts[k]:%a %d}")
+    axis = [(round(k * bar_w + 1, 1), f"{starts[k]:%H:%M}" if window == "24h" else f"{starts[k]:%a %d}")
             for k in range(0, n, tick_every)]
 
     # 2. in flight now (all time, non-terminal states only)
@@ -410,7 +415,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
         i = _index(row["hour"], since, step, n)
         if i is None:
             continue  # computed for an earlier window (cached rows)
-        name = row["invocation__tool_name"] or "(unresolved)"
+        name = row["tool"] or "(unresolved)"
         entry = tools.setdefault(name, {"series": [0] * n, "failures": [0] * n, "classes": {}})
         cls = row["failure_class"] or "ok"
         running = row["running"] if cls == "ok" else 0
