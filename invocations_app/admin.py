@@ -1,12 +1,56 @@
 """Console for runs and invocations: read-only records with the raw bytes and the event timeline."""
 from __future__ import annotations
 
+import uuid
+from datetime import timedelta
+
 from django.contrib import admin
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
 from specs_app.admin import pretty_json
+from specs_app.models import ToolSpec
 
-from .models import Event, Invocation, ModelCall, Run
+from .models import Event, Invocation, ModelCall, Proposal, Run
+
+
+class CappedCountPaginator(Paginator):
+    """COUNT over at most CAP+1 rows: an exact count of millions is not worth a full scan."""
+
+    CAP = 10_000
+
+    @cached_property
+    def count(self):
+        return self.object_list[: self.CAP + 1].count()
+
+
+class ToolNameFilter(admin.SimpleListFilter):
+    """Tool choices from the ToolSpec table, not a DISTINCT over every invocation."""
+
+    title, parameter_name = "tool", "tool_name"
+
+    def lookups(self, request, model_admin):
+        return [(n, n) for n in ToolSpec.objects.order_by("name").values_list("name", flat=True).distinct()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(tool_name=self.value()) if self.value() else queryset
+
+
+class CreatedWithinFilter(admin.SimpleListFilter):
+    """Recent windows on the created_at index (date_hierarchy would scan the table for MIN/MAX)."""
+
+    title, parameter_name = "created", "created_within"
+    WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+
+    def lookups(self, request, model_admin):
+        return [("1h", "last hour"), ("24h", "last 24 hours"), ("7d", "last 7 days"), ("30d", "last 30 days")]
+
+    def queryset(self, request, queryset):
+        window = self.WINDOWS.get(self.value() or "")
+        return queryset.filter(created_at__gte=timezone.now() - window) if window else queryset
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -45,10 +89,10 @@ class ModelCallAdmin(ReadOnlyAdmin):
 @admin.register(Invocation)
 class InvocationAdmin(ReadOnlyAdmin):
     list_display = ["id", "tool_display", "state", "tenant", "subject", "error_code", "created_at"]
-    list_filter = ["state", "tool_name", "tenant"]
-    search_fields = ["=id", "digest", "idempotency_key", "trace_id", "proposal__proposal_id"]
-    date_hierarchy = "created_at"
-    list_select_related = ["tenant", "subject__tenant"]
+    list_filter = ["state", ToolNameFilter, CreatedWithinFilter, "tenant"]
+    search_fields = ["=id"]  # see get_search_results: exact matches on indexed columns
+    list_select_related = ["proposal", "tenant", "subject__tenant"]
+    paginator = CappedCountPaginator
     show_full_result_count = False  # no COUNT(*) over millions of rows on every page load
     fieldsets = [
         (None, {"fields": ["id", "state", "tool_display", "tenant", "subject", "run", "model_call", "trace_id", "span_id"]}),
@@ -65,7 +109,24 @@ class InvocationAdmin(ReadOnlyAdmin):
     ]
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("proposal")
+        # One select_related with every relation the list shows: Django skips
+        # list_select_related when the queryset already has one (3 queries per row otherwise).
+        return super().get_queryset(request).select_related("proposal", "tenant", "subject__tenant")
+
+    def get_search_results(self, request, queryset, search_term):
+        """Exact id, trace id, digest, idempotency key or tool_call id (icontains over 1M rows took 8.6 s)."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        q = Q(trace_id=term) | Q(digest=term) | Q(idempotency_key=term)
+        proposal_ids = list(Proposal.objects.filter(proposal_id=term).values_list("pk", flat=True)[:1000])
+        if proposal_ids:
+            q |= Q(proposal_id__in=proposal_ids)
+        try:
+            q |= Q(pk=uuid.UUID(term))
+        except ValueError:
+            pass
+        return queryset.filter(q), False
 
     @admin.display(description="tool", ordering="tool_name")
     def tool_display(self, obj):

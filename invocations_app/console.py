@@ -67,7 +67,8 @@ def queue_view(request: HttpRequest) -> HttpResponse:
         "pending": _annotate(queue.pending, now),
         "decided": _annotate(queue.decided, now),
         "oldest_waiting": queue.pending[0].created_at if queue.pending else None,
-        "next_expiry": min((c.expires_at for c in queue.pending), default=None),
+        "next_expiry": queue.next_expiry,
+        "pending_total": queue.pending_total,
         "tools": tools, "tenants": tenants, "selected_tool": tool, "selected_tenant": tenant,
         "count_url": count_url, "filtered": tool is not None or tenant is not None,
     }

@@ -91,7 +91,9 @@ def execution_claim(*, invocation_id, resend: bool = False) -> tuple[Invocation,
                 data={"attempt": number, "resend_same_key": src == State.OUTCOME_UNKNOWN},
                 fields={"attempt_count": number, "next_attempt_at": None},
             )
-        attempt = Attempt.objects.create(invocation=inv, number=number, span_id=span, worker=WORKER, started_at=now)
+        attempt = Attempt.objects.create(
+            invocation=inv, tool_spec_id=inv.tool_spec_id, number=number, span_id=span, worker=WORKER, started_at=now
+        )
         event_append(invocation=inv, kind="attempt_started", data={"attempt": number, "attempt_id": span}, span_id=span)
     return inv, attempt
 

@@ -113,6 +113,7 @@ class Proposal(models.Model):
             # The replay/409 rule of API.md: one proposal per (model call, tool_call id).
             models.UniqueConstraint(fields=["model_call", "proposal_id"], name="invocations_proposal_unique_id"),
         ]
+        indexes = [models.Index(fields=["proposal_id"], name="invocations_proposal_tcid")]  # console search
 
 
 class Invocation(models.Model):
@@ -174,6 +175,10 @@ class Invocation(models.Model):
             models.Index(fields=["-created_at"], name="invocations_inv_recent"),
             # The beat task re-enqueueing due retries.
             models.Index(fields=["next_attempt_at"], name="invocations_inv_due", condition=Q(next_attempt_at__isnull=False)),
+            # Console search and the record page's links (trace, digest, same idempotency key).
+            models.Index(fields=["trace_id"], name="invocations_inv_trace"),
+            models.Index(fields=["digest"], name="invocations_inv_digest"),
+            models.Index(fields=["idempotency_key"], name="invocations_inv_idem_key"),
         ]
 
     def __str__(self) -> str:
@@ -258,6 +263,8 @@ class Confirmation(models.Model):
             models.Index(fields=["state", "created_at"], name="invocations_conf_queue"),
             models.Index(fields=["tool_spec", "state", "created_at"], name="invocations_conf_tool"),
             models.Index(fields=["state", "expires_at"], name="invocations_conf_expiry"),
+            # The queue's "recently decided" list.
+            models.Index(fields=["-decided_at", "-created_at"], name="invocations_conf_decided"),
         ]
 
     def __str__(self) -> str:
@@ -287,6 +294,8 @@ class Attempt(models.Model):
     """One try at executing an invocation; its id is the span id sent as ``traceparent``."""
 
     invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="attempts")
+    # Denormalized from the invocation: the dashboard's attempts-per-tool is an index-only scan.
+    tool_spec = models.ForeignKey(ToolSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     number = models.PositiveIntegerField()
     span_id = models.CharField(max_length=16)
     worker = models.CharField(max_length=200, blank=True)
@@ -306,6 +315,9 @@ class Attempt(models.Model):
         indexes = [
             # Recovery: attempts that started and never ended (a worker died mid-attempt).
             models.Index(fields=["started_at"], name="invocations_attempt_open", condition=Q(ended_at__isnull=True)),
+            # Dashboard: attempts and failure classes per tool over a window.
+            models.Index(fields=["started_at"], include=["tool_spec", "failure_class", "ended_at"],
+                         name="invocations_attempt_started"),
         ]
 
 

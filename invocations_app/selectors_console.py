@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Count, Min, QuerySet
 from django.shortcuts import get_object_or_404
 from guardian.shortcuts import get_objects_for_user
 
@@ -49,6 +49,11 @@ def _filtered(qs: QuerySet[Confirmation], *, tool: int | None, tenant: str | Non
 class ConfirmationQueue:
     pending: list[Confirmation]
     decided: list[Confirmation]
+    pending_total: int = 0
+    next_expiry: object = None
+
+
+PENDING_SHOWN = 50
 
 
 def confirmation_queue_list(*, user, tool: int | None = None, tenant: str | None = None) -> ConfirmationQueue:
@@ -62,9 +67,12 @@ def confirmation_queue_list(*, user, tool: int | None = None, tenant: str | None
         "tool_spec", "tenant", "subject", "run", "invocation", "decided_by"
     )
     # Index invocations_conf_queue (state, created_at) / invocations_conf_tool with a tool filter.
-    pending = list(qs.filter(state=Confirmation.Status.PENDING).order_by("created_at"))
+    pending_qs = qs.filter(state=Confirmation.Status.PENDING)
+    # A page of the oldest, plus the total and next expiry from the index, never all of them.
+    pending = list(pending_qs.order_by("created_at")[:PENDING_SHOWN])
+    totals = pending_qs.aggregate(n=Count("pk"), next_expiry=Min("expires_at"))
     decided = list(qs.exclude(state=Confirmation.Status.PENDING).order_by("-decided_at", "-created_at")[:DECIDED_SHOWN])
-    return ConfirmationQueue(pending=pending, decided=decided)
+    return ConfirmationQueue(pending=pending, decided=decided, pending_total=totals["n"], next_expiry=totals["next_expiry"])
 
 
 def confirmation_pending_count(*, user, tool: int | None = None, tenant: str | None = None) -> int:

@@ -84,7 +84,7 @@ class World:
         for number, failure in enumerate(attempts, start=1):
             started = created + timedelta(seconds=number)
             Attempt.objects.create(
-                invocation=inv, number=number, span_id=f"{number:016x}", started_at=started,
+                invocation=inv, tool_spec=inv.tool_spec, number=number, span_id=f"{number:016x}", started_at=started,
                 ended_at=None if failure == "running" else started + timedelta(milliseconds=300),
                 failure_class="" if failure == "running" else failure,
             )
