@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -43,11 +42,11 @@ from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noq
 from specs_app.services import toolspec_publish  # noqa: E402
 
 WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
-# Worker-side writes of one read-only invocation: claim (state UPDATE + event, attempt INSERT,
-# attempt_started event), sent_at UPDATE, attempt close UPDATE, result body INSERT, tool
-# messages bulk INSERT, final state UPDATE + event, idempotency UPDATE (no row), result-bytes
-# UPDATE. Counted from the SQL log of one run: 12 statements that write.
-WORKER_WRITES = 12
+# Worker-side writes of one read-only invocation, counted with a SQL wrapper around
+# execution_claim + execution_run over 5 invocations: 6 INSERTs (attempt, 2 events,
+# result body, tool messages, final event) and 7 UPDATEs (state + counters, event seq, sent_at,
+# attempt close, final state, idempotency record, run result bytes).
+WORKER_WRITES = 13
 
 
 def setup():

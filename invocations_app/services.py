@@ -69,11 +69,12 @@ def invocation_transition(
     fields = dict(fields or {})
     fields["state"] = dst
     fields["updated_at"] = timezone.now()
-    with transaction.atomic():
+    # No savepoint: the UPDATE and the event commit with the caller's transaction (or alone).
+    # A lost race writes nothing, so the conflict is raised *after* the block and leaves the
+    # caller's transaction usable; savepoints here cost two round trips per transition.
+    with transaction.atomic(savepoint=False):
         seq = _conditional_update(invocation.pk, src, fields)
-        if seq is None:
-            raise TransitionConflict(f"invocation {invocation.pk} is no longer {src}", extra={"expected_state": src})
-        event = Event.objects.create(
+        event = None if seq is None else Event.objects.create(
             invocation_id=invocation.pk,
             seq=seq,
             from_state=src,
@@ -84,6 +85,8 @@ def invocation_transition(
             trace_id=invocation.trace_id,
             span_id=span_id or invocation.span_id,
         )
+    if seq is None:
+        raise TransitionConflict(f"invocation {invocation.pk} is no longer {src}", extra={"expected_state": src})
     for name, value in fields.items():
         setattr(invocation, name, value)
     invocation.event_seq = seq
@@ -118,7 +121,7 @@ def _conditional_update(pk, src: str, fields: dict[str, Any]) -> int | None:
 
 def event_append(*, invocation: Invocation, kind: str, data: dict | None = None, actor: str = "system", span_id: str | None = None) -> Event:
     """Append a non-transition event (a decision, an attempt detail) with the next seq."""
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # nothing to undo on its own: no savepoint round trips
         locked = Invocation.objects.select_for_update().only("event_seq", "state").get(pk=invocation.pk)
         seq = locked.event_seq + 1
         Invocation.objects.filter(pk=invocation.pk).update(event_seq=seq)

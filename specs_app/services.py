@@ -11,6 +11,7 @@ from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
 from toolops.runtime.authorization import GRANT_EFFECTS, SCOPE_KINDS, Limits
+from toolops.db_guards import TOOLSPEC_IMMUTABLE_COLUMNS
 from toolops.runtime.normalizers import check_rules
 from toolops.runtime.rendering import RenderableTool, ToolNameError, parse_tool_ref
 from toolops.runtime.validation import SchemaRefused, check_schema
@@ -19,12 +20,9 @@ from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, T
 
 TOKEN_PREFIX = "tko_"
 
-# Content a published version may never change (also enforced by a DB trigger).
-IMMUTABLE_FIELDS = (
-    "name", "version", "title", "description", "input_schema", "schema_dialect", "format_assertion",
-    "side_effect_class", "normalizers", "required_capabilities", "timeout_policy", "retry_policy",
-    "confirmation_policy", "result_policy", "executor", "idempotency_retention_seconds", "expired_key_policy",
-)
+# Content a published version may never change: the same list the DB trigger guards
+# (publishing itself sets published_at, so it is not copied into a new version).
+IMMUTABLE_FIELDS = tuple(c for c in TOOLSPEC_IMMUTABLE_COLUMNS if c != "published_at")
 
 
 def toolspec_check(*, spec: ToolSpec) -> str:

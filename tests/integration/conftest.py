@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import requests
-from django.conf import settings
 from rest_framework.test import APIClient
 
 from tests.builders import Agent, make_token

@@ -11,7 +11,7 @@ from invocations_app.models import Confirmation
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
-from tests.builders import make_grant, make_token
+from tests.builders import make_grant
 
 pytestmark = pytest.mark.django_db
 

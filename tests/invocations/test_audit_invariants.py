@@ -493,7 +493,7 @@ def test_the_command_reports_progress_on_stderr(inv):
     call_command("audit_invariants", "--progress-every", "5", "--chunk-size", "5", stdout=out, stderr=err)
     total = Invocation.objects.count()
     lines = err.getvalue().splitlines()
-    assert f"checked 5 invocations… (0 violation(s) so far)" in lines
+    assert "checked 5 invocations… (0 violation(s) so far)" in lines
     assert sum(line.startswith("checked ") and "…" in line for line in lines) == total // 5
     assert any(line.startswith(f"checked {total} invocations (") for line in lines)
     assert "checked" not in out.getvalue()  # stdout carries only the report

@@ -294,7 +294,7 @@ def test_it_retires_a_published_version():
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic", "mcp"])
 def test_it_does_not_offer_a_retired_version(fmt):
-    v1, v2 = make_toolspec(), make_toolspec(version=2)
+    v1, _v2 = make_toolspec(), make_toolspec(version=2)
     toolspec_retire(spec=v1)
     body = _agent().get("/api/v1/tools", format=fmt).json()
     assert body["name_map"] == {"weather-get_forecast_v2": "weather.get_forecast@2"}

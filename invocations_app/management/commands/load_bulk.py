@@ -149,7 +149,6 @@ class Generator:
         name = self.pick_tool()
         spec = self.specs.get(name) if name else None
         p = Plan(spec)
-        age_s = (self.now - created).total_seconds()
         ref = spec.ref if spec else "weather.get_forcast@1"
         pspan = "%016x" % rng.getrandbits(64)
         p.step(S.PROPOSED, "proposed", {"name": ref, "bytes": 40 + rng.randrange(80), "proposal_span_id": pspan}, 0, span=pspan)
