@@ -6,22 +6,26 @@ The worker's life of one attempt:
    its next due retry) and open an ``Attempt``. A duplicate delivery finds nothing to claim
    and exits. An attempt that is still open when a redelivery arrives belonged to a worker
    that died: ``recover_abandoned`` decides what it means (see there).
-2. **send** (no transaction): re-check cancel, digest and deadline, stamp ``sent_at`` (from
-   here on the tool may act), call the executor.
-3. **record** (one transaction per step): committed → COMMITTED → OBSERVED with the tool
-   message; a failure goes through the pure retry decision: retry (the *database* holds the
-   next attempt time), reconcile (OUTCOME_UNKNOWN), or stop (FAILED_BEFORE_COMMIT).
+2. **send** (no transaction): check cancel, run, digest and deadline as the claim read them
+   under the lock, stamp ``sent_at`` (from here on the tool may act), call the executor. A
+   read's attempt is stamped by the claim itself: whether or not it was sent, a read is retried.
+3. **record** (one transaction): committed → COMMITTED → OBSERVED with the tool message; a
+   failure goes through the pure retry decision: retry (the *database* holds the next attempt
+   time), reconcile (OUTCOME_UNKNOWN), or stop (FAILED_BEFORE_COMMIT).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from specs_app.models import ToolSpec
+from toolops.db_batch import column_converters, convert_row
 from toolops.errors import BudgetExhausted
 
 from toolops.runtime.execution import Commit, ExecutionOutcome
@@ -33,7 +37,7 @@ from toolops.tracelog import trace_scope
 
 from . import executors
 from .budgets import attempt_refusal, budget_take
-from .models import Attempt, Confirmation, Invocation
+from .models import Attempt, Confirmation, Invocation, Proposal, Run
 from .results import invocation_finish_with_message, redacted
 from .services import event_append, invocation_transition
 
@@ -60,9 +64,10 @@ def _claimable_src(inv: Invocation, now: datetime) -> str | None:
     if inv.state == State.PREPARED:
         return State.PREPARED
     if inv.state == State.AUTHORIZED and inv.tool_spec.side_effect_class == "read_only":
-        states = set(inv.confirmations.values_list("state", flat=True))
-        needs = (inv.authorization or {}).get("decision") == "confirm"
-        ready = Confirmation.Status.PENDING not in states and (Confirmation.Status.APPROVED in states or not needs)
+        if not _needs_confirmation(inv):
+            return State.AUTHORIZED
+        states = {c.state for c in _confirmations(inv)}
+        ready = Confirmation.Status.PENDING not in states and Confirmation.Status.APPROVED in states
         return State.AUTHORIZED if ready else None
     due = inv.next_attempt_at is not None and inv.next_attempt_at <= now
     if inv.state == State.EXECUTING and due:
@@ -72,29 +77,109 @@ def _claimable_src(inv: Invocation, now: datetime) -> str | None:
     return None
 
 
+def _needs_confirmation(inv: Invocation) -> bool:
+    # Confirmation rows exist only for calls authorized as "confirm" (authorization.py), so
+    # any other call has none to look up.
+    return (inv.authorization or {}).get("decision") == "confirm"
+
+
+def _confirmations(inv: Invocation) -> list[Confirmation]:
+    """The invocation's confirmations, read once per claimed attempt."""
+    if not hasattr(inv, "_claim_confirmations"):
+        inv._claim_confirmations = list(inv.confirmations.only("state", "digest", "decided_at"))
+    return inv._claim_confirmations
+
+
+# One locked read brings all an attempt needs: the spec, the run (checks before sending) and
+# the proposal (the tool message's tool_call_id).
+_CLAIM_RELATED = (("tool_spec", ToolSpec), ("run", Run), ("proposal", Proposal))
+
+
+@functools.lru_cache(maxsize=None)
+def _locked_read_plan(vendor: str, alias: str):
+    """The claim read's SQL, and per model its fields and their converters, built once.
+
+    The same statement as ``select_for_update(of=("self",)).select_related(...)``, written out
+    because compiling that four-model query costs more CPU than all the rest of the claim.
+    """
+    conn = connections[alias]
+    quote = conn.ops.quote_name
+    tables = [("i", Invocation, None)] + [(f"r{n}", model, name) for n, (name, model) in enumerate(_CLAIM_RELATED)]
+    columns, joins, plan = [], [], []
+    for table, model, name in tables:
+        fields = model._meta.concrete_fields
+        columns += [f"{table}.{quote(f.column)}" for f in fields]
+        plan.append((model, name, column_converters([f.get_col(table) for f in fields], conn)))
+        if name:
+            fk = Invocation._meta.get_field(name)
+            joins.append(f"{'LEFT ' if fk.null else ''}JOIN {quote(model._meta.db_table)} {table} "
+                         f"ON {table}.{quote(model._meta.pk.column)} = i.{quote(fk.column)}")
+    sql = (f"SELECT {', '.join(columns)} FROM {quote(Invocation._meta.db_table)} i {' '.join(joins)} "
+           f"WHERE i.{quote(Invocation._meta.pk.column)} = %s")
+    if conn.features.has_select_for_update_of:
+        sql += " FOR UPDATE OF i"
+    elif conn.features.has_select_for_update:
+        sql += " FOR UPDATE"
+    return sql, plan
+
+
+def _locked_read(invocation_id) -> Invocation | None:
+    """The invocation, row-locked, with its spec, run and proposal attached; None if absent."""
+    sql, plan = _locked_read_plan(connection.vendor, connection.alias)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [Invocation._meta.pk.get_db_prep_value(invocation_id, connection)])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    inv, start = None, 0
+    for model, name, fields in plan:
+        values = convert_row(row[start:start + len(fields)], fields, connection)
+        start += len(fields)
+        obj = None if values[0] is None else model.from_db(connection.alias, None, values)
+        if name is None:
+            inv = obj
+        else:
+            setattr(inv, name, obj)  # cached as if select_related had loaded it
+    return inv
+
+
 def execution_claim(*, invocation_id, resend: bool = False) -> tuple[Invocation, Attempt] | None:
     """Claim the next attempt of an invocation, or None (duplicate delivery, not ready, over)."""
+    invocation, attempt = claim_or_inspect(invocation_id, resend=resend)
+    return (invocation, attempt) if attempt is not None else None
+
+
+def claim_or_inspect(invocation_id, *, resend: bool = False) -> tuple[Invocation | None, Attempt | None]:
+    """``execution_claim``, also returning the invocation as read under its lock when there
+    was nothing to claim (``(None, None)``: no such invocation)."""
     now = timezone.now()
     with transaction.atomic():
-        inv = Invocation.objects.select_for_update(of=("self",)).select_related("tool_spec").get(pk=invocation_id)
+        inv = _locked_read(invocation_id)
+        if inv is None:
+            return None, None
         src = _claimable_src(inv, now)
         if src is None or (src == State.OUTCOME_UNKNOWN and not resend):
-            return None
+            return inv, None
         number = inv.attempt_count + 1
         span = new_span_id()
+        started = {"kind": "attempt_started", "data": {"attempt": number, "attempt_id": span}, "span_id": span}
         if src == State.EXECUTING:
             Invocation.objects.filter(pk=inv.pk).update(attempt_count=number, next_attempt_at=None)
             inv.attempt_count, inv.next_attempt_at = number, None
+            event_append(invocation=inv, **started)
         else:
             invocation_transition(
                 invocation=inv, src=src, dst=State.EXECUTING, kind="execution_started",
                 data={"attempt": number, "resend_same_key": src == State.OUTCOME_UNKNOWN},
-                fields={"attempt_count": number, "next_attempt_at": None},
+                fields={"attempt_count": number, "next_attempt_at": None}, then=[started],
             )
+        # A read may count as sent from here: recovery retries it either way, and it saves a
+        # commit before the call. A write is stamped only right before its request leaves.
+        read_only = inv.tool_spec.side_effect_class == "read_only"
         attempt = Attempt.objects.create(
-            invocation=inv, tool_spec_id=inv.tool_spec_id, number=number, span_id=span, worker=WORKER, started_at=now
+            invocation=inv, tool_spec_id=inv.tool_spec_id, number=number, span_id=span, worker=WORKER, started_at=now,
+            sent_at=now if read_only else None,
         )
-        event_append(invocation=inv, kind="attempt_started", data={"attempt": number, "attempt_id": span}, span_id=span)
     return inv, attempt
 
 
@@ -109,7 +194,9 @@ def execution_run(*, invocation: Invocation, attempt: Attempt) -> Invocation:
     refusal = _refusal_before_send(invocation)
     if refusal:
         return _stop_before_send(invocation, attempt, *refusal)
-    Attempt.objects.filter(pk=attempt.pk).update(sent_at=timezone.now())
+    if attempt.sent_at is None:
+        attempt.sent_at = timezone.now()
+        Attempt.objects.filter(pk=attempt.pk).update(sent_at=attempt.sent_at)
     ctx = executors.AttemptContext(
         invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
         side_effect_class=invocation.tool_spec.side_effect_class, attempt=attempt.number,
@@ -137,11 +224,8 @@ def _execute_safely(invocation: Invocation, attempt: Attempt, ctx) -> ExecutionO
 
 
 def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
-    fresh = Invocation.objects.select_related("run").only(
-        "cancel_requested_at", "digest", "deadline", "run__status", "run__end_reason", "run__budgets", "run__created_at",
-        "run__trace_id",
-    ).get(pk=inv.pk)
-    inv.cancel_requested_at, inv.digest, inv.deadline, inv.run = fresh.cancel_requested_at, fresh.digest, fresh.deadline, fresh.run
+    """Why the claimed attempt must not be sent, judged on what the claim read under the row
+    lock: a cancel or a run ending after that is no different from one just after the send."""
     if inv.cancel_requested_at:
         return "cancelled", "cancelled before the request was sent"
     ended = attempt_refusal(inv.run, fresh=True)
@@ -153,7 +237,8 @@ def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
             budget_take(run=inv.run, key="cost", amount=Decimal(str(cost)))
         except BudgetExhausted as exc:
             return "budget_exhausted", exc.message
-    approved = inv.confirmations.filter(state=Confirmation.Status.APPROVED).order_by("-decided_at").first()
+    approvals = [c for c in _confirmations(inv) if c.state == Confirmation.Status.APPROVED] if _needs_confirmation(inv) else []
+    approved = max(approvals, key=lambda c: c.decided_at, default=None)
     if approved and approved.digest != inv.digest:
         return "digest_mismatch", "the confirmed digest differs from the invocation's"
     if inv.deadline and timezone.now() >= inv.deadline:
@@ -162,7 +247,7 @@ def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
 
 
 def _stop_before_send(inv: Invocation, attempt: Attempt, code: str, message: str) -> Invocation:
-    _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"error": code})
+    _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"error": code}, unsent=True)
     return invocation_finish_with_message(
         invocation=inv, src=State.EXECUTING, dst=State.FAILED_BEFORE_COMMIT, kind=code,
         status="error", error={"code": code, "message": message}, commit_status=Commit.NOT_COMMITTED,
@@ -171,11 +256,17 @@ def _stop_before_send(inv: Invocation, attempt: Attempt, code: str, message: str
 
 # --- 3. record ------------------------------------------------------------------------------
 
-def _close_attempt(attempt: Attempt, *, commit: str, failure_class: str | None, outcome: dict, decision: dict | None = None) -> bool:
-    """End an open attempt; False when someone else already ended it (only one closer wins)."""
+def _close_attempt(
+    attempt: Attempt, *, commit: str, failure_class: str | None, outcome: dict, decision: dict | None = None,
+    unsent: bool = False,
+) -> bool:
+    """End an open attempt; False when someone else already ended it (only one closer wins).
+
+    ``unsent``: the request provably never left (a read's claim stamped ``sent_at`` up front)."""
     ended = timezone.now()
+    extra = {"sent_at": None} if unsent else {}
     closed = bool(Attempt.objects.filter(pk=attempt.pk, ended_at__isnull=True).update(
-        ended_at=ended, commit=commit, failure_class=failure_class or "", outcome=outcome, decision=decision or {}
+        ended_at=ended, commit=commit, failure_class=failure_class or "", outcome=outcome, decision=decision or {}, **extra
     ))
     if closed:
         inv = attempt.invocation

@@ -21,7 +21,7 @@ from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_resul
 from . import executors
 from .budgets import budget_add_result_bytes
 from .models import Confirmation, IdempotencyRecord, Invocation, ResultBody, ToolMessage
-from .services import invocation_transition
+from .services import TransitionConflict, invocation_transition
 
 PAGE_BYTES = 16384
 
@@ -37,9 +37,13 @@ def redacted(invocation: Invocation, value: Any) -> Any:
     return redact(value, policy=result_policy(invocation))
 
 
-def _store_messages(invocation: Invocation, result: ToolResult):
-    encoded = encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
-                            tool_ref=invocation.tool_ref or invocation.proposal.name)
+def _encode(invocation: Invocation, result: ToolResult):
+    return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
+                         tool_ref=invocation.tool_ref or invocation.proposal.name)
+
+
+def _store_messages(invocation: Invocation, result: ToolResult, encoded=None):
+    encoded = encoded if encoded is not None else _encode(invocation, result)
     is_error = result.status != "ok"
     ResultBody.objects.create(invocation=invocation, body=encoded.full_bytes, total_bytes=encoded.total_bytes)
     ToolMessage.objects.bulk_create(
@@ -65,14 +69,26 @@ def invocation_finish_with_message(
     if error:
         error = redacted(invocation, error)
         fields.update(error_code=error.get("code", ""), error_message=error.get("message", ""), error_detail=error)
-    with transaction.atomic():
-        encoded = _store_messages(invocation, result)
-        # The record keeps what the model got: redacted, untrusted text wrapped — never the raw value.
-        fields["result_value"] = json.loads(encoded.full_bytes) if status == "ok" else None
-        invocation_transition(invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}),
-                              fields=fields)
-        _settle_idempotency(invocation, ok=status == "ok")
-        budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes)
+    encoded = _encode(invocation, result)
+    # The record keeps what the model got: redacted, untrusted text wrapped — never the raw value.
+    fields["result_value"] = json.loads(encoded.full_bytes) if status == "ok" else None
+    conflict = None
+    # No savepoint (two round trips when nested): the transition goes first, so a lost race
+    # has written nothing and is raised after the block, leaving the caller's transaction usable.
+    with transaction.atomic(savepoint=False):
+        try:
+            invocation_transition(invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}),
+                                  fields=fields)
+        except TransitionConflict as exc:
+            conflict = exc
+        else:
+            _store_messages(invocation, result, encoded)
+            _settle_idempotency(invocation, ok=status == "ok")
+            # A run's budgets never change: the one already loaded tells whether bytes are capped.
+            budgets = (invocation.run.budgets or {}) if Invocation.run.is_cached(invocation) else None
+            budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes, budgets=budgets)
+    if conflict is not None:
+        raise conflict
     otel.export_span(
         name="toolops.invocation", trace_id=invocation.trace_id, span_id=invocation.span_id,
         parent_span_id=invocation.proposal.span_id, start=invocation.created_at, end=now, error=status != "ok",
@@ -82,6 +98,8 @@ def invocation_finish_with_message(
 
 
 def _settle_idempotency(invocation: Invocation, *, ok: bool) -> None:
+    if invocation.tool_spec_id is None or invocation.tool_spec.side_effect_class == "read_only":
+        return  # only writes hold a key record (services._idempotency_claim)
     IdempotencyRecord.objects.filter(invocation=invocation).update(
         status=IdempotencyRecord.Status.SUCCEEDED if ok else IdempotencyRecord.Status.FAILED
     )

@@ -14,7 +14,7 @@ import logging
 import uuid
 from contextlib import nullcontext
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Sequence
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
@@ -24,7 +24,7 @@ from django.utils import timezone
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view, toolspec_renderable, toolspecs_visible_to_subject
 from toolops import otel
-from toolops.db_batch import insert_rows
+from toolops.db_batch import insert_returning_keys, insert_rows
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict, UnknownTool
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
@@ -59,11 +59,14 @@ def invocation_transition(
     actor: str = "system",
     fields: dict[str, Any] | None = None,
     span_id: str | None = None,
+    then: Sequence[dict] = (),
 ) -> Event:
     """Move ``invocation`` from ``src`` to ``dst`` and append its event, atomically.
 
     ``fields`` are further columns written by the same UPDATE (so they change only if the
-    state does). Raises ``TransitionNotAllowed`` for an edge outside SPEC §2 and
+    state does). ``then`` are events that follow at ``dst`` (dicts with ``kind``, ``data`` and
+    optionally ``span_id``): the same UPDATE reserves their seqs and one INSERT writes them with
+    the transition's. Raises ``TransitionNotAllowed`` for an edge outside SPEC §2 and
     ``TransitionConflict`` when the invocation is no longer in ``src``.
     """
     if not is_allowed(src, dst):
@@ -71,66 +74,76 @@ def invocation_transition(
     fields = dict(fields or {})
     fields["state"] = dst
     fields["updated_at"] = timezone.now()
-    # No savepoint: the UPDATE and the event commit with the caller's transaction (or alone).
+    # No savepoint: the UPDATE and the events commit with the caller's transaction (or alone).
     # A lost race writes nothing, so the conflict is raised *after* the block and leaves the
     # caller's transaction usable; savepoints here cost two round trips per transition.
     with transaction.atomic(savepoint=False):
-        seq = _conditional_update(invocation.pk, src, fields)
-        event = None if seq is None else Event.objects.create(
-            invocation_id=invocation.pk,
-            seq=seq,
-            from_state=src,
-            to_state=dst,
-            kind=kind,
-            data=data or {},
-            actor=actor,
-            trace_id=invocation.trace_id,
-            span_id=span_id or invocation.span_id,
-        )
-    if seq is None:
+        row = _update_returning_seq(invocation.pk, fields, src=src, by=1 + len(then))
+        if row is not None:
+            first = row[0] - len(then)
+            events = [Event(
+                invocation_id=invocation.pk, seq=first, from_state=src, to_state=dst, kind=kind, data=data or {},
+                actor=actor, trace_id=invocation.trace_id, span_id=span_id or invocation.span_id,
+            )] + [Event(
+                invocation_id=invocation.pk, seq=first + n, from_state=dst, to_state=dst, kind=extra["kind"],
+                data=extra.get("data") or {}, actor=actor, trace_id=invocation.trace_id,
+                span_id=extra.get("span_id") or invocation.span_id,
+            ) for n, extra in enumerate(then, start=1)]
+            insert_returning_keys(events)
+    if row is None:
         raise TransitionConflict(f"invocation {invocation.pk} is no longer {src}", extra={"expected_state": src})
     for name, value in fields.items():
         setattr(invocation, name, value)
-    invocation.event_seq = seq
-    return event
+    invocation.event_seq = row[0]
+    return events[0]
 
 
-def _conditional_update(pk, src: str, fields: dict[str, Any]) -> int | None:
-    """``UPDATE … SET …, event_seq = event_seq + 1 WHERE id = pk AND state = src RETURNING event_seq``.
+def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None, by: int = 1) -> tuple[int, str] | None:
+    """``UPDATE … SET …, event_seq = event_seq + by WHERE id = pk [AND state = src] RETURNING event_seq, state``.
 
     Raw SQL because the ORM's ``update()`` cannot return the bumped counter, and reading it
     back would cost a second round trip on the hottest path. Values are prepared by each
     field so JSON, UUID and datetime columns are written exactly as the ORM would.
     """
     meta = Invocation._meta
+    quote = connection.ops.quote_name
     assignments, params = [], []
     for name, value in fields.items():
         field = meta.get_field(name)
-        assignments.append(f"{connection.ops.quote_name(field.column)} = %s")
+        assignments.append(f"{quote(field.column)} = %s")
         params.append(field.get_db_prep_save(value, connection))
-    seq_col = connection.ops.quote_name("event_seq")
+    seq_col = quote("event_seq")
+    assignments.append(f"{seq_col} = {seq_col} + {int(by)}")
     sql = (
-        f"UPDATE {connection.ops.quote_name(meta.db_table)} SET {', '.join(assignments)}, {seq_col} = {seq_col} + 1 "
-        f"WHERE {connection.ops.quote_name(meta.pk.column)} = %s AND {connection.ops.quote_name('state')} = %s "
-        f"RETURNING {seq_col}"
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {quote(meta.pk.column)} = %s"
+        + (f" AND {quote('state')} = %s" if src is not None else "")
+        + f" RETURNING {seq_col}, {quote('state')}"
     )
-    params += [meta.pk.get_db_prep_value(pk, connection), src]
+    params.append(meta.pk.get_db_prep_value(pk, connection))
+    if src is not None:
+        params.append(src)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
-    return row[0] if row else None
+    return (row[0], row[1]) if row else None
 
 
 def event_append(*, invocation: Invocation, kind: str, data: dict | None = None, actor: str = "system", span_id: str | None = None) -> Event:
-    """Append a non-transition event (a decision, an attempt detail) with the next seq."""
+    """Append a non-transition event (a decision, an attempt detail) with the next seq.
+
+    The seq bump is the row lock: one UPDATE … RETURNING instead of SELECT … FOR UPDATE + UPDATE.
+    """
     with transaction.atomic(savepoint=False):  # nothing to undo on its own: no savepoint round trips
-        locked = Invocation.objects.select_for_update().only("event_seq", "state").get(pk=invocation.pk)
-        seq = locked.event_seq + 1
-        Invocation.objects.filter(pk=invocation.pk).update(event_seq=seq)
-        return Event.objects.create(
-            invocation_id=invocation.pk, seq=seq, from_state=locked.state, to_state=locked.state, kind=kind,
+        row = _update_returning_seq(invocation.pk, {})
+        if row is None:
+            raise Invocation.DoesNotExist(f"invocation {invocation.pk} does not exist")
+        seq, state = row
+        event = Event(
+            invocation_id=invocation.pk, seq=seq, from_state=state, to_state=state, kind=kind,
             data=data or {}, actor=actor, trace_id=invocation.trace_id, span_id=span_id or invocation.span_id,
         )
+        insert_returning_keys([event])
+    return event
 
 
 # --- runs and model calls -----------------------------------------------------------------

@@ -59,24 +59,27 @@ def invocation_execute_task(self, invocation_id: str) -> str:
 
 
 def _execute(invocation_id: str) -> str:
-    from .execution import attempt_timeout, execution_claim, execution_run, open_attempt, recover_abandoned
+    from .execution import attempt_timeout, claim_or_inspect, execution_run, open_attempt, recover_abandoned
 
-    invocation = Invocation.objects.select_related("tool_spec").filter(pk=invocation_id).first()
+    # Claim first: the usual delivery finds a ready invocation and needs no other read. Only
+    # an EXECUTING one can hold an open attempt (a due retry has closed its last one).
+    invocation, attempt = claim_or_inspect(invocation_id)
     if invocation is None:
         logger.warning("execute: no invocation %s (stale message)", invocation_id)
         return "missing"
-    stale = open_attempt(invocation)
-    if stale is not None:
-        age = (timezone.now() - stale.started_at).total_seconds()
-        if age < attempt_timeout(invocation) + 5:
-            # The attempt may still be running in another worker: look again once it cannot be.
-            enqueue_execution(invocation.pk, countdown=attempt_timeout(invocation) + 5 - age)
-            return "in_flight"
-        recover_abandoned(invocation=invocation, attempt=stale)
-    claimed = execution_claim(invocation_id=invocation_id)
-    if claimed is None:
+    if attempt is None and invocation.state == State.EXECUTING:
+        stale = open_attempt(invocation)
+        if stale is not None:
+            age = (timezone.now() - stale.started_at).total_seconds()
+            if age < attempt_timeout(invocation) + 5:
+                # The attempt may still be running in another worker: look again once it cannot be.
+                enqueue_execution(invocation.pk, countdown=attempt_timeout(invocation) + 5 - age)
+                return "in_flight"
+            recover_abandoned(invocation=invocation, attempt=stale)
+            invocation, attempt = claim_or_inspect(invocation_id)
+    if attempt is None:
         return "nothing_to_do"
-    execution_run(invocation=claimed[0], attempt=claimed[1])
+    execution_run(invocation=invocation, attempt=attempt)
     return "ran"
 
 

@@ -1,7 +1,7 @@
 """Reads for tool specs and identities."""
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from toolops.db_batch import select_rows
 from toolops.runtime.admission import ToolView

@@ -2,9 +2,23 @@
 import os
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 
 app = Celery("toolops")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _recycle_db_connections(task=None, **kwargs) -> None:
+    """Treat a task like a Django request: keep the connection unless it is broken or older
+    than ``CONN_MAX_AGE`` (Celery's own fixup, switched off by ``CELERY_DB_REUSE_MAX``, closes
+    it around every task: a fresh PostgreSQL connection each time, BASELINES.md)."""
+    if task is not None and getattr(task.request, "is_eager", False):
+        return  # an eager task runs inside the caller's connection and transaction
+    from django.db import close_old_connections
+
+    close_old_connections()

@@ -43,6 +43,17 @@ def insert_rows(*groups: Sequence[models.Model], using: str = "default") -> None
             obj._state.db = using
 
 
+def insert_returning_keys(objs: Sequence[models.Model], using: str = "default") -> None:
+    """One multi-row INSERT of ``objs`` (one model, database-generated keys) that sets their keys."""
+    connection = connections[using]
+    [(sql, params)] = _insert_statements(objs, connection)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} RETURNING {connection.ops.quote_name(type(objs[0])._meta.pk.column)}", params)
+        keys = cursor.fetchall()
+    for obj, (key,) in zip(objs, keys):
+        obj.pk, obj._state.adding, obj._state.db = key, False, using
+
+
 def _insert_statements(objs: Sequence[models.Model], connection) -> list[tuple[str, list]]:
     model = type(objs[0])
     with_key = objs[0].pk is not None or model._meta.auto_field is None
@@ -86,21 +97,25 @@ def select_rows(model: type[models.Model], columns: Sequence[str], where: str, p
     with connection.cursor() as cursor:
         cursor.execute(sql, prepared)
         rows = cursor.fetchall()
-    out = []
-    for row in rows:
-        values = list(row)
-        for i, (col, convs) in enumerate(converters):
-            for convert in convs:
-                values[i] = convert(values[i], col, connection)
-        out.append(values)
-    return out
+    return [convert_row(row, converters, connection) for row in rows]
+
+
+def column_converters(cols, connection) -> list[tuple]:
+    """Per column (a ``Col`` expression) the backend and field converters a queryset applies."""
+    return [(col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)) for col in cols]
+
+
+def convert_row(row: Sequence, converters: list[tuple], connection) -> list:
+    """Database values → Python values, as the ORM converts them (UUIDs, JSON, SQLite dates)."""
+    values = list(row)
+    for i, (col, convs) in enumerate(converters):
+        for convert in convs:
+            values[i] = convert(values[i], col, connection)
+    return values
 
 
 @functools.lru_cache(maxsize=64)
 def _converters(model, columns: tuple[str, ...], alias: str, vendor: str) -> list[tuple]:
-    connection = connections[alias]
-    result = []
-    for name in columns:
-        col = model._meta.get_field(name).get_col(model._meta.db_table)
-        result.append((col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)))
-    return result
+    # Converters keep no state: each call is handed the current connection.
+    meta = model._meta
+    return column_converters([meta.get_field(name).get_col(meta.db_table) for name in columns], connections[alias])

@@ -221,8 +221,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 if CELERY_BROKER_URL.startswith("redis"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
-# Celery's Django fixup closes a connection after a task only when it is unusable or older
-# than CONN_MAX_AGE, so workers keep theirs (BASELINES.md: ~220 → ~715 tasks/s).
+# Celery's Django fixup closes every database connection before and after each task, or
+# every CELERY_DB_REUSE_MAX tasks when set: set out of reach, and toolops/celery.py recycles a
+# connection as Django does per request, when broken or older than CONN_MAX_AGE (BASELINES.md:
+# a fresh PostgreSQL connection per task is the difference between ~715 and ~220 tasks/s).
+CELERY_DB_REUSE_MAX = 2**62
 
 TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
 

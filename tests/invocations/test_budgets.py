@@ -7,6 +7,7 @@ import pytest
 from django.db import connections
 
 from invocations_app import services
+from invocations_app.execution import execution_claim, execution_run
 from invocations_app.models import Invocation, Proposal, Run
 from tests.builders import make_grant, make_subject, make_toolspec
 from tests.conftest import require_postgres
@@ -66,6 +67,21 @@ def test_it_cancels_what_has_not_crossed_the_boundary_when_the_run_is_exhausted(
         services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
     inv.refresh_from_db()
     assert inv.state == "CANCELLED_BEFORE_COMMIT" and inv.error_code == "cancelled"
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_read_claimed_after_the_run_ended_and_records_it_as_never_sent():
+    subject, run = _run(budgets={})
+    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    services.run_finish(run=run, reason="the agent stopped")
+    invocation, attempt = execution_claim(invocation_id=inv.pk)
+    assert attempt.sent_at is not None  # the claim counts a read as sent …
+    execution_run(invocation=invocation, attempt=attempt)
+    attempt.refresh_from_db()
+    assert (attempt.sent_at, attempt.failure_class) == (None, "not_reached")  # … until it provably was not
+    inv.refresh_from_db()
+    assert (inv.state, inv.error_code) == ("FAILED_BEFORE_COMMIT", "budget_exhausted")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,4 +1,5 @@
-"""The transition service and the DB trigger behind it: only SPEC §2 edges, one winner per race."""
+"""The transition service and the DB trigger behind it: only SPEC §2 edges, one winner per race;
+and the log a read-only call leaves on its way through the worker."""
 from __future__ import annotations
 
 import threading
@@ -6,10 +7,16 @@ import uuid
 
 import pytest
 from django.db import IntegrityError, connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
 
+from invocations_app import services
+from invocations_app.execution import execution_claim, execution_run
 from invocations_app.models import Event, Invocation, ModelCall, Proposal, Run
-from invocations_app.services import TransitionConflict, invocation_transition
-from tests.builders import make_subject
+from invocations_app.services import TransitionConflict, event_append, invocation_transition
+from specs_app.demo import DEMO_TOOLSPECS
+from specs_app.models import ToolSpec
+from specs_app.services import toolspec_publish
+from tests.builders import make_grant, make_subject
 from tests.conftest import require_postgres
 from toolops.runtime.states import ALL_EDGES, State, TransitionNotAllowed
 
@@ -119,3 +126,65 @@ def test_it_lets_exactly_one_of_two_concurrent_transitions_win():
     inv.refresh_from_db()
     assert inv.event_seq == 1
     assert connection.vendor == "postgresql"
+
+
+@pytest.mark.django_db
+def test_it_writes_the_events_that_follow_a_transition_with_the_next_seqs():
+    inv = make_invocation(state=State.AUTHORIZED)
+    first = invocation_transition(
+        invocation=inv, src=State.AUTHORIZED, dst=State.EXECUTING, kind="execution_started",
+        then=[{"kind": "attempt_started", "data": {"attempt": 1}, "span_id": "d" * 16}],
+    )
+    appended = event_append(invocation=inv, kind="detail")
+    events = list(Event.objects.filter(invocation=inv).order_by("seq"))
+    assert [(e.seq, e.kind, e.from_state, e.to_state, e.span_id) for e in events] == [
+        (1, "execution_started", "AUTHORIZED", "EXECUTING", "c" * 16),
+        (2, "attempt_started", "EXECUTING", "EXECUTING", "d" * 16),
+        (3, "detail", "EXECUTING", "EXECUTING", "c" * 16),
+    ]
+    assert (first.pk, appended.pk) == (events[0].pk, events[2].pk)
+    inv.refresh_from_db()
+    assert inv.event_seq == 3
+
+
+# --- the worker's path for a read-only call ------------------------------------------------
+
+WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
+# bench/execution.py's WORKER_WRITES: its bare task does as many INSERTs as this path writes.
+WORKER_WRITES = 9
+
+
+def admitted_read() -> Invocation:
+    subject = make_subject()
+    spec = toolspec_publish(spec=ToolSpec.objects.create(**{**WEATHER, "version": 1}))
+    make_grant(subject=subject)
+    run = services.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="c1", name=spec.ref,
+                                     arguments_bytes=b'{"city": "Oslo", "date": "2026-07-20"}')
+    assert inv.state == State.AUTHORIZED
+    return inv
+
+
+@pytest.mark.django_db
+def test_it_carries_a_read_to_observed_with_every_step_in_the_log():
+    inv = admitted_read()
+    with CaptureQueriesContext(connection) as queries:
+        invocation, attempt = execution_claim(invocation_id=inv.pk)
+        execution_run(invocation=invocation, attempt=attempt)
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].split()[0].upper() in ("INSERT", "UPDATE")]
+    assert len(writes) == WORKER_WRITES, writes
+    attempt.refresh_from_db()
+    # A read counts as sent from its claim: recovery retries it either way.
+    assert attempt.sent_at == attempt.started_at and attempt.ended_at and attempt.commit == "not_applicable"
+    events = list(Event.objects.filter(invocation=inv).order_by("seq"))
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [(e.kind, e.from_state, e.to_state) for e in events[-3:]] == [
+        ("execution_started", "AUTHORIZED", "EXECUTING"),
+        ("attempt_started", "EXECUTING", "EXECUTING"),
+        ("observed", "EXECUTING", "OBSERVED"),
+    ]
+    assert events[-2].span_id == attempt.span_id and events[-2].data == {"attempt": 1, "attempt_id": attempt.span_id}
+    inv.refresh_from_db()
+    assert (inv.state, inv.event_seq, inv.attempt_count) == (State.OBSERVED, len(events), 1)
+    assert inv.tool_messages.count() == 3
