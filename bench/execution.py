@@ -42,10 +42,11 @@ from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noq
 from specs_app.services import toolspec_publish  # noqa: E402
 
 WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
-# Worker-side writes of one read-only invocation, counted with a SQL wrapper around
-# execution_claim + execution_run over 5 invocations: 5 INSERTs (the claim's 2 events in one
-# statement, attempt, result body, tool messages, final event) and 4 UPDATEs (state +
-# counters + event seq, attempt close, final state, run result bytes).
+# Worker-side writes of one read-only invocation, counted per SQL statement with a wrapper
+# around execution_claim + execution_run (tests/invocations/test_transitions.py keeps it in
+# step): 5 INSERTs (the claim's 2 events in one statement, attempt, final event, result body,
+# tool messages) and 4 UPDATEs (state + counters + event seq, attempt close, final state, run
+# result bytes). The worker sends the last four in one round trip; the bare task sends each.
 WORKER_WRITES = 9
 
 

@@ -13,7 +13,7 @@ import logging
 from datetime import timedelta
 from decimal import Decimal
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -65,13 +65,25 @@ def budget_add_result_bytes(*, run_id, nbytes: int, budgets: dict | None = None)
     """Count a stored result; going over ``result_bytes`` ends the Run (the result itself stands).
 
     ``budgets``: the run's, when the caller has them; without a byte limit nothing is read back."""
-    Run.objects.filter(pk=run_id).update(result_bytes_used=F("result_bytes_used") + nbytes)
+    with connection.cursor() as cursor:
+        cursor.execute(*result_bytes_increment(run_id=run_id, nbytes=nbytes))
     if budgets is not None and budgets.get("result_bytes") is None:
         return
     run = Run.objects.only("budgets", "result_bytes_used", "status", "trace_id").get(pk=run_id)
     limit = _limit(run, "result_bytes")
     if limit is not None and run.result_bytes_used > limit and run.status == Run.Status.ACTIVE:
         transaction.on_commit(lambda: run_exhaust(run=run, reason="result_bytes budget exhausted"))
+
+
+def result_bytes_increment(*, run_id, nbytes: int) -> tuple[str, list]:
+    """The UPDATE counting ``nbytes`` of stored result against the run, as ``(sql, params)``,
+    so the worker can send it with the result rows (``toolops.db_batch``)."""
+    quote = connection.ops.quote_name
+    column = quote(Run._meta.get_field("result_bytes_used").column)
+    return (
+        f"UPDATE {quote(Run._meta.db_table)} SET {column} = {column} + %s WHERE {quote(Run._meta.pk.column)} = %s",
+        [int(nbytes), Run._meta.pk.get_db_prep_value(run_id, connection)],
+    )
 
 
 def attempt_refusal(run: Run, *, fresh: bool = False) -> str | None:

@@ -163,6 +163,13 @@ def claim_or_inspect(invocation_id, *, resend: bool = False) -> tuple[Invocation
         number = inv.attempt_count + 1
         span = new_span_id()
         started = {"kind": "attempt_started", "data": {"attempt": number, "attempt_id": span}, "span_id": span}
+        # A read may count as sent from here: recovery retries it either way, and it saves a
+        # commit before the call. A write is stamped only right before its request leaves.
+        read_only = inv.tool_spec.side_effect_class == "read_only"
+        attempt = Attempt(
+            invocation=inv, tool_spec_id=inv.tool_spec_id, number=number, span_id=span, worker=WORKER, started_at=now,
+            sent_at=now if read_only else None,
+        )
         if src == State.EXECUTING:
             Invocation.objects.filter(pk=inv.pk).update(attempt_count=number, next_attempt_at=None)
             inv.attempt_count, inv.next_attempt_at = number, None
@@ -173,13 +180,7 @@ def claim_or_inspect(invocation_id, *, resend: bool = False) -> tuple[Invocation
                 data={"attempt": number, "resend_same_key": src == State.OUTCOME_UNKNOWN},
                 fields={"attempt_count": number, "next_attempt_at": None}, then=[started],
             )
-        # A read may count as sent from here: recovery retries it either way, and it saves a
-        # commit before the call. A write is stamped only right before its request leaves.
-        read_only = inv.tool_spec.side_effect_class == "read_only"
-        attempt = Attempt.objects.create(
-            invocation=inv, tool_spec_id=inv.tool_spec_id, number=number, span_id=span, worker=WORKER, started_at=now,
-            sent_at=now if read_only else None,
-        )
+        attempt.save(force_insert=True)  # its generated key is needed to close it
     return inv, attempt
 
 

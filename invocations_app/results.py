@@ -13,13 +13,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from toolops import otel
+from toolops.db_batch import insert_rows
 from toolops.errors import Conflict
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, redact, render
 
 from . import executors
-from .budgets import budget_add_result_bytes
+from .budgets import budget_add_result_bytes, result_bytes_increment
 from .models import Confirmation, IdempotencyRecord, Invocation, ResultBody, ToolMessage
 from .services import TransitionConflict, invocation_transition
 
@@ -42,17 +43,15 @@ def _encode(invocation: Invocation, result: ToolResult):
                          tool_ref=invocation.tool_ref or invocation.proposal.name)
 
 
-def _store_messages(invocation: Invocation, result: ToolResult, encoded=None):
-    encoded = encoded if encoded is not None else _encode(invocation, result)
+def _message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:
+    """The result body and one tool message per format, unsaved (SPEC §10: stored once)."""
     is_error = result.status != "ok"
-    ResultBody.objects.create(invocation=invocation, body=encoded.full_bytes, total_bytes=encoded.total_bytes)
-    ToolMessage.objects.bulk_create(
-        ToolMessage(invocation=invocation, format=fmt, message_bytes=message_bytes(
+    return [
+        [ResultBody(invocation=invocation, body=encoded.full_bytes, total_bytes=encoded.total_bytes)],
+        [ToolMessage(invocation=invocation, format=fmt, message_bytes=message_bytes(
             render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=is_error)
-        ))
-        for fmt in FORMATS
-    )
-    return encoded
+        )) for fmt in FORMATS],
+    ]
 
 
 def invocation_finish_with_message(
@@ -72,21 +71,26 @@ def invocation_finish_with_message(
     encoded = _encode(invocation, result)
     # The record keeps what the model got: redacted, untrusted text wrapped — never the raw value.
     fields["result_value"] = json.loads(encoded.full_bytes) if status == "ok" else None
+    # A run's budgets never change: the one already loaded tells whether bytes are capped. An
+    # uncapped count needs no answer, so it travels with the event and the messages.
+    budgets = (invocation.run.budgets or {}) if Invocation.run.is_cached(invocation) else None
+    uncapped = budgets is not None and budgets.get("result_bytes") is None
     conflict = None
     # No savepoint (two round trips when nested): the transition goes first, so a lost race
     # has written nothing and is raised after the block, leaving the caller's transaction usable.
     with transaction.atomic(savepoint=False):
         try:
-            invocation_transition(invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}),
-                                  fields=fields)
+            invocation_transition(
+                invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}), fields=fields,
+                rows=_message_rows(invocation, result, encoded),
+                statements=[result_bytes_increment(run_id=invocation.run_id, nbytes=encoded.total_bytes)] if uncapped else (),
+            )
         except TransitionConflict as exc:
             conflict = exc
         else:
-            _store_messages(invocation, result, encoded)
             _settle_idempotency(invocation, ok=status == "ok")
-            # A run's budgets never change: the one already loaded tells whether bytes are capped.
-            budgets = (invocation.run.budgets or {}) if Invocation.run.is_cached(invocation) else None
-            budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes, budgets=budgets)
+            if not uncapped:
+                budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes, budgets=budgets)
     if conflict is not None:
         raise conflict
     otel.export_span(
@@ -125,12 +129,13 @@ def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
     if invocation.state not in TERMINAL:
         raise Conflict(f"invocation is {invocation.state}; its tool message is not final yet",
                        code="not_final", extra={"state": invocation.state})
+    result = ToolResult(
+        status="error", error={"code": invocation.error_code or "error", "message": invocation.error_message},
+        commit_status=invocation.commit_status or "not_committed",
+    )
     try:
         with transaction.atomic():
-            _store_messages(invocation, ToolResult(
-                status="error", error={"code": invocation.error_code or "error", "message": invocation.error_message},
-                commit_status=invocation.commit_status or "not_committed",
-            ))
+            insert_rows(*_message_rows(invocation, result, _encode(invocation, result)))
     except IntegrityError:
         pass  # a concurrent reader stored them first; serve those
     return bytes(ToolMessage.objects.get(invocation=invocation, format=fmt).message_bytes)

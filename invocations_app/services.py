@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from specs_app.models import Subject, ToolSpec
@@ -60,14 +61,19 @@ def invocation_transition(
     fields: dict[str, Any] | None = None,
     span_id: str | None = None,
     then: Sequence[dict] = (),
+    rows: Sequence[Sequence[Model]] = (),
+    statements: Sequence[tuple[str, list]] = (),
 ) -> Event:
     """Move ``invocation`` from ``src`` to ``dst`` and append its event, atomically.
 
     ``fields`` are further columns written by the same UPDATE (so they change only if the
     state does). ``then`` are events that follow at ``dst`` (dicts with ``kind``, ``data`` and
     optionally ``span_id``): the same UPDATE reserves their seqs and one INSERT writes them with
-    the transition's. Raises ``TransitionNotAllowed`` for an edge outside SPEC §2 and
-    ``TransitionConflict`` when the invocation is no longer in ``src``.
+    the transition's. ``rows`` (groups of unsaved instances) and ``statements`` (``(sql,
+    params)`` needing no answer) are written only if the transition happens, in the events'
+    round trip (``toolops.db_batch``; event keys are not read back). Raises
+    ``TransitionNotAllowed`` for an edge outside SPEC §2 and ``TransitionConflict`` when the
+    invocation is no longer in ``src``.
     """
     if not is_allowed(src, dst):
         raise TransitionNotAllowed(src, dst)
@@ -89,7 +95,7 @@ def invocation_transition(
                 data=extra.get("data") or {}, actor=actor, trace_id=invocation.trace_id,
                 span_id=extra.get("span_id") or invocation.span_id,
             ) for n, extra in enumerate(then, start=1)]
-            insert_returning_keys(events)
+            insert_rows(events, *rows, then=statements)
     if row is None:
         raise TransitionConflict(f"invocation {invocation.pk} is no longer {src}", extra={"expected_state": src})
     for name, value in fields.items():

@@ -21,13 +21,16 @@ from collections.abc import Sequence
 from django.db import connections, models, transaction
 
 
-def insert_rows(*groups: Sequence[models.Model], using: str = "default") -> None:
+def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]] = (), using: str = "default") -> None:
     """INSERT each group (instances of one model) as one multi-row statement, all in one go.
 
-    Raises ``django.db.IntegrityError`` like ``create()`` would; nothing is written then.
+    ``then``: further ``(sql, params)`` statements whose answer nobody needs (an UPDATE of a
+    counter), sent in the same round trip. Raises ``django.db.IntegrityError`` like
+    ``create()`` would; nothing is written then.
     """
     connection = connections[using]
     statements = [statement for group in groups if group for statement in _insert_statements(group, connection)]
+    statements += list(then)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             # Bind each statement on its own so the driver's parsed-query cache applies (it
