@@ -25,7 +25,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from specs_app.models import ToolSpec
-from toolops.db_batch import column_converters, convert_row
+from toolops.db_batch import column_converters, convert_row, insert_returning_keys, update_by_pk
 from toolops.errors import BudgetExhausted
 
 from toolops.runtime.execution import Commit, ExecutionOutcome
@@ -180,7 +180,7 @@ def claim_or_inspect(invocation_id, *, resend: bool = False) -> tuple[Invocation
                 data={"attempt": number, "resend_same_key": src == State.OUTCOME_UNKNOWN},
                 fields={"attempt_count": number, "next_attempt_at": None}, then=[started],
             )
-        attempt.save(force_insert=True)  # its generated key is needed to close it
+        insert_returning_keys([attempt])  # its generated key is needed to close it
     return inv, attempt
 
 
@@ -266,9 +266,10 @@ def _close_attempt(
     ``unsent``: the request provably never left (a read's claim stamped ``sent_at`` up front)."""
     ended = timezone.now()
     extra = {"sent_at": None} if unsent else {}
-    closed = bool(Attempt.objects.filter(pk=attempt.pk, ended_at__isnull=True).update(
-        ended_at=ended, commit=commit, failure_class=failure_class or "", outcome=outcome, decision=decision or {}, **extra
-    ))
+    closed = bool(update_by_pk(attempt, {
+        "ended_at": ended, "commit": commit, "failure_class": failure_class or "", "outcome": outcome,
+        "decision": decision or {}, **extra,
+    }, unless_set="ended_at"))
     if closed:
         inv = attempt.invocation
         otel.export_span(

@@ -46,6 +46,33 @@ def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]
             obj._state.db = using
 
 
+def update_by_pk(obj: models.Model, fields: dict, *, unless_set: str | None = None, using: str = "default") -> int:
+    """``UPDATE … SET fields WHERE pk = obj.pk [AND unless_set IS NULL]``; the rows changed (0 or 1).
+
+    The ORM's ``filter().update()`` compiles a query per call; this prepares each value by its
+    field, as ``update()`` does, and sets them on ``obj`` when the row changed.
+    """
+    connection = connections[using]
+    meta = type(obj)._meta
+    quote = connection.ops.quote_name
+    assignments, params = [], []
+    for name, value in fields.items():
+        field = meta.get_field(name)
+        assignments.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {quote(meta.pk.column)} = %s"
+    params.append(meta.pk.get_db_prep_value(obj.pk, connection))
+    if unless_set:
+        sql += f" AND {quote(meta.get_field(unless_set).column)} IS NULL"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        changed = cursor.rowcount
+    if changed:
+        for name, value in fields.items():
+            setattr(obj, name, value)
+    return changed
+
+
 def insert_returning_keys(objs: Sequence[models.Model], using: str = "default") -> None:
     """One multi-row INSERT of ``objs`` (one model, database-generated keys) that sets their keys."""
     connection = connections[using]
