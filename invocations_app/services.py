@@ -25,7 +25,7 @@ from django.utils import timezone
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view, toolspec_renderable, toolspecs_visible_to_subject
 from toolops import otel
-from toolops.db_batch import insert_returning_keys, insert_rows
+from toolops.db_batch import insert_returning_keys, insert_rows, set_clause
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict, UnknownTool
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
@@ -113,11 +113,7 @@ def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None,
     """
     meta = Invocation._meta
     quote = connection.ops.quote_name
-    assignments, params = [], []
-    for name, value in fields.items():
-        field = meta.get_field(name)
-        assignments.append(f"{quote(field.column)} = %s")
-        params.append(field.get_db_prep_save(value, connection))
+    assignments, params = set_clause(Invocation, fields, connection)
     seq_col = quote("event_seq")
     assignments.append(f"{seq_col} = {seq_col} + {int(by)}")
     sql = (

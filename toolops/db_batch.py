@@ -46,6 +46,17 @@ def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]
             obj._state.db = using
 
 
+def set_clause(model: type[models.Model], fields: dict, connection) -> tuple[list[str], list]:
+    """``column = %s`` assignments for ``fields`` and their values, prepared as ``update()`` would."""
+    quote = connection.ops.quote_name
+    assignments, params = [], []
+    for name, value in fields.items():
+        field = model._meta.get_field(name)
+        assignments.append(f"{quote(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    return assignments, params
+
+
 def update_by_pk(obj: models.Model, fields: dict, *, unless_set: str | None = None, using: str = "default") -> int:
     """``UPDATE … SET fields WHERE pk = obj.pk [AND unless_set IS NULL]``; the rows changed (0 or 1).
 
@@ -55,11 +66,7 @@ def update_by_pk(obj: models.Model, fields: dict, *, unless_set: str | None = No
     connection = connections[using]
     meta = type(obj)._meta
     quote = connection.ops.quote_name
-    assignments, params = [], []
-    for name, value in fields.items():
-        field = meta.get_field(name)
-        assignments.append(f"{quote(field.column)} = %s")
-        params.append(field.get_db_prep_save(value, connection))
+    assignments, params = set_clause(type(obj), fields, connection)
     sql = f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {quote(meta.pk.column)} = %s"
     params.append(meta.pk.get_db_prep_value(obj.pk, connection))
     if unless_set:
