@@ -61,14 +61,13 @@ def budget_take(*, run: Run, key: str, amount=1) -> None:
     )
 
 
-def budget_add_result_bytes(*, run_id, nbytes: int, budgets: dict | None = None) -> None:
+def budget_add_result_bytes(*, run_id, nbytes: int) -> None:
     """Count a stored result; going over ``result_bytes`` ends the Run (the result itself stands).
 
-    ``budgets``: the run's, when the caller has them; without a byte limit nothing is read back."""
+    A run known to have no byte cap needs no read back: its count can ride along with other
+    writes as ``result_bytes_increment`` (the worker does so)."""
     with connection.cursor() as cursor:
         cursor.execute(*result_bytes_increment(run_id=run_id, nbytes=nbytes))
-    if budgets is not None and budgets.get("result_bytes") is None:
-        return
     run = Run.objects.only("budgets", "result_bytes_used", "status", "trace_id").get(pk=run_id)
     limit = _limit(run, "result_bytes")
     if limit is not None and run.result_bytes_used > limit and run.status == Run.Status.ACTIVE:

@@ -196,8 +196,7 @@ def execution_run(*, invocation: Invocation, attempt: Attempt) -> Invocation:
     if refusal:
         return _stop_before_send(invocation, attempt, *refusal)
     if attempt.sent_at is None:
-        attempt.sent_at = timezone.now()
-        Attempt.objects.filter(pk=attempt.pk).update(sent_at=attempt.sent_at)
+        update_by_pk(attempt, {"sent_at": timezone.now()})
     ctx = executors.AttemptContext(
         invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
         side_effect_class=invocation.tool_spec.side_effect_class, attempt=attempt.number,

@@ -73,8 +73,7 @@ def invocation_finish_with_message(
     fields["result_value"] = json.loads(encoded.full_bytes) if status == "ok" else None
     # A run's budgets never change: the one already loaded tells whether bytes are capped. An
     # uncapped count needs no answer, so it travels with the event and the messages.
-    budgets = (invocation.run.budgets or {}) if Invocation.run.is_cached(invocation) else None
-    uncapped = budgets is not None and budgets.get("result_bytes") is None
+    uncapped = Invocation.run.is_cached(invocation) and (invocation.run.budgets or {}).get("result_bytes") is None
     conflict = None
     # No savepoint (two round trips when nested): the transition goes first, so a lost race
     # has written nothing and is raised after the block, leaving the caller's transaction usable.
@@ -90,7 +89,7 @@ def invocation_finish_with_message(
         else:
             _settle_idempotency(invocation, ok=status == "ok")
             if not uncapped:
-                budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes, budgets=budgets)
+                budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes)
     if conflict is not None:
         raise conflict
     otel.export_span(

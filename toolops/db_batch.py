@@ -29,8 +29,7 @@ def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]
     ``create()`` would; nothing is written then.
     """
     connection = connections[using]
-    statements = [statement for group in groups if group for statement in _insert_statements(group, connection)]
-    statements += list(then)
+    statements = [_insert_statement(group, connection) for group in groups if group] + list(then)
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             # Bind each statement on its own so the driver's parsed-query cache applies (it
@@ -83,7 +82,7 @@ def update_by_pk(obj: models.Model, fields: dict, *, unless_set: str | None = No
 def insert_returning_keys(objs: Sequence[models.Model], using: str = "default") -> None:
     """One multi-row INSERT of ``objs`` (one model, database-generated keys) that sets their keys."""
     connection = connections[using]
-    [(sql, params)] = _insert_statements(objs, connection)
+    sql, params = _insert_statement(objs, connection)
     with connection.cursor() as cursor:
         cursor.execute(f"{sql} RETURNING {connection.ops.quote_name(type(objs[0])._meta.pk.column)}", params)
         keys = cursor.fetchall()
@@ -91,13 +90,13 @@ def insert_returning_keys(objs: Sequence[models.Model], using: str = "default") 
         obj.pk, obj._state.adding, obj._state.db = key, False, using
 
 
-def _insert_statements(objs: Sequence[models.Model], connection) -> list[tuple[str, list]]:
+def _insert_statement(objs: Sequence[models.Model], connection) -> tuple[str, list]:
     model = type(objs[0])
     with_key = objs[0].pk is not None or model._meta.auto_field is None
     sql, fields = _insert_sql(model, len(objs), with_key, connection.alias, connection.vendor)
     # What SQLInsertCompiler does per value: pre_save (auto_now stamps), then the field's prep.
     params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields]
-    return [(sql, params)]
+    return sql, params
 
 
 @functools.lru_cache(maxsize=256)

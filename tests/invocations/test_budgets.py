@@ -9,6 +9,9 @@ from django.db import connections
 from invocations_app import services
 from invocations_app.execution import execution_claim, execution_run
 from invocations_app.models import Invocation, Proposal, Run
+from specs_app.demo import DEMO_TOOLSPECS
+from specs_app.models import ToolSpec
+from specs_app.services import toolspec_publish
 from tests.builders import make_grant, make_subject, make_toolspec
 from tests.conftest import require_postgres
 from toolops.errors import BudgetExhausted
@@ -112,3 +115,37 @@ def test_it_admits_exactly_the_remaining_tool_calls_under_a_race():
     assert Invocation.objects.filter(run=run).count() == 3
     assert Proposal.objects.filter(model_call=call, refusal="budget_exhausted").count() == 7
     assert Run.objects.get(pk=run.pk).tool_calls_used == 3
+
+
+WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")  # runs in-process
+
+
+def _observe_one_read(*, budgets: dict):
+    """A read of the demo weather tool carried to its end in a run with ``budgets``."""
+    subject = make_subject()
+    spec = toolspec_publish(spec=ToolSpec.objects.create(**{**WEATHER, "version": 1}))
+    make_grant(subject=subject)
+    run = services.run_create(subject=subject, budgets=budgets, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="r", name=spec.ref, arguments_bytes=ARGS)
+    invocation, attempt = execution_claim(invocation_id=inv.pk)
+    execution_run(invocation=invocation, attempt=attempt)
+    inv.refresh_from_db()
+    run.refresh_from_db()
+    return inv, run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_counts_result_bytes_of_an_uncapped_run_with_the_result():
+    inv, run = _observe_one_read(budgets={})
+    assert inv.state == "OBSERVED"
+    assert run.result_bytes_used == inv.result_body.total_bytes > 0
+    assert run.status == "active"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_result_over_the_result_bytes_budget_stands_and_ends_the_run():
+    inv, run = _observe_one_read(budgets={"result_bytes": 10})
+    assert inv.state == "OBSERVED"  # the result itself stands
+    assert run.result_bytes_used == inv.result_body.total_bytes > 10
+    assert (run.status, run.end_reason) == ("exhausted", "result_bytes budget exhausted")
