@@ -25,7 +25,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from specs_app.models import ToolSpec
-from toolops.db_batch import column_converters, convert_row, insert_returning_keys, update_by_pk
+from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys, update_by_pk
 from toolops.errors import BudgetExhausted
 
 from toolops.runtime.execution import Commit, ExecutionOutcome
@@ -126,11 +126,10 @@ def _locked_read_plan(vendor: str, alias: str):
 def _locked_read(invocation_id) -> Invocation | None:
     """The invocation, row-locked, with its spec, run and proposal attached; None if absent."""
     sql, plan = _locked_read_plan(connection.vendor, connection.alias)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [Invocation._meta.pk.get_db_prep_value(invocation_id, connection)])
-        row = cursor.fetchone()
-    if row is None:
+    rows = execute_one(sql, [Invocation._meta.pk.get_db_prep_value(invocation_id, connection)])
+    if not rows:
         return None
+    row = rows[0]
     inv, start = None, 0
     for model, name, fields in plan:
         values = convert_row(row[start:start + len(fields)], fields, connection)

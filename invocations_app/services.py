@@ -25,7 +25,7 @@ from django.utils import timezone
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view, toolspec_renderable, toolspecs_visible_to_subject
 from toolops import otel
-from toolops.db_batch import insert_returning_keys, insert_rows, set_clause
+from toolops.db_batch import execute_one, insert_returning_keys, insert_rows, set_clause
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict, UnknownTool
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
@@ -124,10 +124,8 @@ def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None,
     params.append(meta.pk.get_db_prep_value(pk, connection))
     if src is not None:
         params.append(src)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    return (row[0], row[1]) if row else None
+    rows = execute_one(sql, params)
+    return (rows[0][0], rows[0][1]) if rows else None
 
 
 def event_append(*, invocation: Invocation, kind: str, data: dict | None = None, actor: str = "system", span_id: str | None = None) -> Event:
@@ -506,7 +504,7 @@ def _chain_events(invocation: Invocation, steps: list[Step], proposal_span: str)
     events, state = [], ""
     for seq, step in enumerate(steps, start=1):
         events.append(Event(
-            invocation=invocation, seq=seq, from_state=state, to_state=step.to_state, kind=step.kind, data=step.data,
+            invocation_id=invocation.pk, seq=seq, from_state=state, to_state=step.to_state, kind=step.kind, data=step.data,
             trace_id=invocation.trace_id, span_id=proposal_span if seq == 1 else invocation.span_id,
         ))
         state = step.to_state

@@ -4,20 +4,22 @@ fields exactly as ``save()`` and querysets do, so both work on PostgreSQL and SQ
 
 The admission of a proposal writes a proposal, an invocation and its event chain. One ORM
 ``create()`` each costs a round trip apiece plus BEGIN and COMMIT; ``insert_rows`` sends them
-together. On PostgreSQL, Django's psycopg 3 cursor binds parameters on the client and uses the
-simple query protocol, which accepts a statement list: outside a transaction the server runs
-the list as one implicit transaction (all or nothing, one commit), inside the caller's
-transaction it simply joins it. Other databases (SQLite) run the statements one by one inside
-one transaction: the same rows, more round trips.
+together. On PostgreSQL they go as prepared statements in one psycopg pipeline (BEGIN, the
+INSERTs, COMMIT: one round trip, all or nothing, one commit; inside the caller's transaction
+they simply join it). Other databases (SQLite) run the statements one by one inside one
+transaction: the same rows, more round trips.
 
 No model signals fire and generated primary keys are not read back: use it for models whose
 primary key is set client-side, or whose generated key nobody needs (events).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import time
 from collections.abc import Sequence
 
+import psycopg
 from django.db import connections, models, transaction
 
 
@@ -31,10 +33,7 @@ def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]
     connection = connections[using]
     statements = [_insert_statement(group, connection) for group in groups if group] + list(then)
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            # Bind each statement on its own so the driver's parsed-query cache applies (it
-            # skips queries over 50 parameters), then send the bound list with none left.
-            cursor.execute(";\n".join(cursor.mogrify(sql, params) for sql, params in statements))
+        _pipelined(connection, statements)
     else:
         with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
             for sql, params in statements:
@@ -43,6 +42,69 @@ def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]
         for obj in group:
             obj._state.adding = False
             obj._state.db = using
+
+
+def execute_one(sql: str, params: Sequence, *, fetch: bool = True, using: str = "default"):
+    """Run one statement; its rows (``fetch``) or else the number of rows it changed.
+
+    On PostgreSQL a prepared statement (server-side binding): for the few statements every
+    invocation runs (the claim's locked read, the transition's UPDATE … RETURNING) the server
+    skips parse and plan, and the client skips quoting each value. Elsewhere Django's cursor.
+    """
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if fetch else cursor.rowcount
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    start = time.monotonic()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        result = cursor.fetchall() if fetch else cursor.rowcount
+    _log(connection, sql, start)
+    return result
+
+
+def _log(connection, sql: str, start: float) -> None:
+    """Log as Django's cursor does, so ``connection.queries`` and query-count tests see it."""
+    if connection.queries_logged:
+        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - start:.3f}"})
+
+
+def _pipelined(connection, statements: Sequence[tuple[str, list]]) -> None:
+    """Send ``statements`` as prepared statements in one psycopg pipeline: one round trip.
+
+    Outside a transaction BEGIN and COMMIT ride in the same pipeline, so the list is all or
+    nothing with one commit; inside the caller's transaction it simply joins it. Prepared
+    statements (server-side binding) skip the server's parse and plan of each INSERT and the
+    client's quoting of every value — measured 0.2–0.3 ms less per admission than sending the
+    client-bound text. Queries are logged as Django's cursor logs them (``connection.queries``).
+    """
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    raw = connection.connection
+    own_transaction = connection.get_autocommit()
+    start = time.monotonic()
+    with connection.wrap_database_errors:
+        cursor = psycopg.Cursor(raw)  # Django's own cursors bind on the client
+        try:
+            with raw.pipeline():
+                if own_transaction:
+                    cursor.execute("BEGIN")
+                for sql, params in statements:
+                    cursor.execute(sql, params, prepare=True)
+                if own_transaction:
+                    cursor.execute("COMMIT")
+        except BaseException:
+            # An error skips the rest of the pipeline, COMMIT included: end the transaction.
+            if own_transaction and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):  # a broken connection: Django drops it
+                    raw.execute("ROLLBACK")
+            raise
+        finally:
+            cursor.close()
+    _log(connection, ";\n".join(sql for sql, _ in statements), start)
 
 
 def set_clause(model: type[models.Model], fields: dict, connection) -> tuple[list[str], list]:
@@ -70,9 +132,7 @@ def update_by_pk(obj: models.Model, fields: dict, *, unless_set: str | None = No
     params.append(meta.pk.get_db_prep_value(obj.pk, connection))
     if unless_set:
         sql += f" AND {quote(meta.get_field(unless_set).column)} IS NULL"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        changed = cursor.rowcount
+    changed = execute_one(sql, params, fetch=False, using=using)
     if changed:
         for name, value in fields.items():
             setattr(obj, name, value)
@@ -83,9 +143,7 @@ def insert_returning_keys(objs: Sequence[models.Model], using: str = "default") 
     """One multi-row INSERT of ``objs`` (one model, database-generated keys) that sets their keys."""
     connection = connections[using]
     sql, params = _insert_statement(objs, connection)
-    with connection.cursor() as cursor:
-        cursor.execute(f"{sql} RETURNING {connection.ops.quote_name(type(objs[0])._meta.pk.column)}", params)
-        keys = cursor.fetchall()
+    keys = execute_one(f"{sql} RETURNING {connection.ops.quote_name(type(objs[0])._meta.pk.column)}", params, using=using)
     for obj, (key,) in zip(objs, keys):
         obj.pk, obj._state.adding, obj._state.db = key, False, using
 
@@ -94,9 +152,19 @@ def _insert_statement(objs: Sequence[models.Model], connection) -> tuple[str, li
     model = type(objs[0])
     with_key = objs[0].pk is not None or model._meta.auto_field is None
     sql, fields = _insert_sql(model, len(objs), with_key, connection.alias, connection.vendor)
-    # What SQLInsertCompiler does per value: pre_save (auto_now stamps), then the field's prep.
-    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for obj in objs for f in fields]
+    # What SQLInsertCompiler does per value: pre_save (auto_now stamps), then the field's prep —
+    # skipped for a str in a plain text column, where the prep returns the value itself.
+    params = []
+    for obj in objs:
+        values = obj.__dict__
+        for f in fields:
+            value = values.get(f.attname) if f.__class__ in _PLAIN_TEXT else None
+            params.append(value if value.__class__ is str else f.get_db_prep_save(f.pre_save(obj, True), connection))
     return sql, params
+
+
+# Exactly these classes (a subclass may prepare differently): str in, the same str out.
+_PLAIN_TEXT = frozenset({models.CharField, models.TextField})
 
 
 @functools.lru_cache(maxsize=256)
@@ -130,9 +198,7 @@ def select_rows(model: type[models.Model], columns: Sequence[str], where: str, p
     converters = _converters(model, tuple(columns), connection.alias, connection.vendor)
     quote = connection.ops.quote_name
     sql = f"SELECT {', '.join(quote(meta.get_field(c).column) for c in columns)} FROM {quote(meta.db_table)} WHERE {where}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, prepared)
-        rows = cursor.fetchall()
+    rows = execute_one(sql, prepared, using=using)
     return [convert_row(row, converters, connection) for row in rows]
 
 

@@ -117,6 +117,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
          "transaction_mode": "IMMEDIATE"}
     )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's cursors bind on the client and never prepare; toolops.db_batch sends its hot
+    # INSERT/UPDATE lists as prepared statements, which psycopg allows only when a threshold
+    # is set. DB_PREPARE_THRESHOLD=off for a pooler that cannot keep prepared statements
+    # (PgBouncer in transaction mode before 1.21): the same SQL then runs unprepared.
+    _threshold = os.environ.get("DB_PREPARE_THRESHOLD", "5")
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        None if _threshold.lower() in ("off", "none", "") else int(_threshold)
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Covering (INCLUDE) indexes are a PostgreSQL optimisation; SQLite simply builds the key part.
 SILENCED_SYSTEM_CHECKS = ["models.W040"]

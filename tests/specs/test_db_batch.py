@@ -5,7 +5,9 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils.translation import gettext_lazy
 from django.utils import timezone
 
 from specs_app.models import Grant, Subject, Tenant
@@ -38,6 +40,33 @@ def test_a_failing_statement_writes_nothing():
     with pytest.raises(IntegrityError):
         insert_rows([fresh], [duplicate])
     assert not Tenant.objects.filter(slug=fresh.slug).exists()
+
+
+def test_after_a_failure_the_connection_is_clean_and_usable():
+    tenant = Tenant.objects.create(slug=f"t-{uuid.uuid4().hex[:6]}", name="Batch")
+    with pytest.raises(IntegrityError):
+        insert_rows([Tenant(slug=tenant.slug, name="duplicate slug")])
+    if connection.vendor == "postgresql":  # the pipeline's BEGIN was ended, not left aborted
+        import psycopg
+
+        assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    again = Tenant(slug=f"t-{uuid.uuid4().hex[:6]}", name="after the failure")
+    insert_rows([again])
+    assert Tenant.objects.filter(slug=again.slug).exists()
+
+
+def test_statements_are_logged_as_django_logs_queries():
+    fresh = Tenant(slug=f"t-{uuid.uuid4().hex[:6]}", name="logged")
+    with CaptureQueriesContext(connection) as queries:
+        insert_rows([fresh])
+    assert any('INSERT INTO "specs_app_tenant"' in q["sql"] for q in queries.captured_queries)
+
+
+def test_values_that_are_not_plain_str_are_prepared_by_their_field():
+    # A lazy translation in a CharField is a Promise, not a str: the field's prep makes it one.
+    fresh = Tenant(slug=f"t-{uuid.uuid4().hex[:6]}", name=gettext_lazy("lazy name"))
+    insert_rows([fresh])
+    assert Tenant.objects.get(slug=fresh.slug).name == "lazy name"
 
 
 def test_inside_a_transaction_it_joins_it():
