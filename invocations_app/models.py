@@ -92,7 +92,8 @@ class Proposal(models.Model):
     """What the model proposed, with the argument bytes exactly as received."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    model_call = models.ForeignKey(ModelCall, on_delete=models.PROTECT, related_name="proposals")
+    # Indexed by the unique (model_call, proposal_id) constraint, which leads with it.
+    model_call = models.ForeignKey(ModelCall, on_delete=models.PROTECT, related_name="proposals", db_index=False)
     proposal_id = models.CharField(max_length=200)  # the model's tool_call id
     name = models.CharField(max_length=500)  # as the model wrote it
     arguments_bytes = models.BinaryField()
@@ -102,7 +103,9 @@ class Proposal(models.Model):
     # Why no invocation was made for this proposal (e.g. "budget_exhausted"); blank otherwise.
     refusal = models.CharField(max_length=64, blank=True)
     # Set when this proposal re-used an idempotency key that already has an invocation.
-    replay_of = models.ForeignKey("Invocation", null=True, blank=True, on_delete=models.PROTECT, related_name="replays")
+    replay_of = models.ForeignKey(
+        "Invocation", null=True, blank=True, on_delete=models.PROTECT, related_name="replays", db_index=False
+    )
     parser = models.JSONField(default=dict)  # parser name, version and limits
     span_id = models.CharField(max_length=16)
     received_at = models.DateTimeField(auto_now_add=True)
@@ -113,7 +116,11 @@ class Proposal(models.Model):
             # The replay/409 rule of API.md: one proposal per (model call, tool_call id).
             models.UniqueConstraint(fields=["model_call", "proposal_id"], name="invocations_proposal_unique_id"),
         ]
-        indexes = [models.Index(fields=["proposal_id"], name="invocations_proposal_tcid")]  # console search
+        indexes = [
+            models.Index(fields=["proposal_id"], name="invocations_proposal_tcid"),  # console search
+            # Few proposals are replays: index only those rather than one NULL per proposal.
+            models.Index(fields=["replay_of"], name="invocations_proposal_replay", condition=Q(replay_of__isnull=False)),
+        ]
 
 
 class Invocation(models.Model):
@@ -121,9 +128,11 @@ class Invocation(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     proposal = models.OneToOneField(Proposal, on_delete=models.PROTECT, related_name="invocation")
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="invocations")
+    # run and tenant lead composite indexes below; a single-column index each would only
+    # cost every admission two more index insertions.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="invocations", db_index=False)
     model_call = models.ForeignKey(ModelCall, on_delete=models.PROTECT, related_name="invocations")
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="invocations")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="invocations", db_index=False)
     subject = models.ForeignKey(Subject, on_delete=models.PROTECT, related_name="invocations")
     tool_spec = models.ForeignKey(ToolSpec, null=True, blank=True, on_delete=models.PROTECT, related_name="invocations")
     tool_name = models.CharField(max_length=120, blank=True)
@@ -142,7 +151,9 @@ class Invocation(models.Model):
     error_code = models.CharField(max_length=64, blank=True)
     error_message = models.TextField(blank=True)
     error_detail = models.JSONField(default=dict, blank=True)
-    edited_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="edits")
+    edited_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="edits", db_index=False
+    )
     # Execution: retry scheduling lives here (not in a broker countdown), visible to the console.
     attempt_count = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
@@ -179,6 +190,8 @@ class Invocation(models.Model):
             models.Index(fields=["trace_id"], name="invocations_inv_trace"),
             models.Index(fields=["digest"], name="invocations_inv_digest"),
             models.Index(fields=["idempotency_key"], name="invocations_inv_idem_key"),
+            # Few invocations are an approver's edit of another.
+            models.Index(fields=["edited_from"], name="invocations_inv_edited", condition=Q(edited_from__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -196,7 +209,8 @@ class Invocation(models.Model):
 class Event(models.Model):
     """Append-only log entry: every transition and decision, with W3C trace/span ids."""
 
-    invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="events")
+    # Indexed by the unique (invocation, seq) constraint, which leads with it.
+    invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     at = models.DateTimeField(auto_now_add=True)
     from_state = models.CharField(max_length=32, blank=True)

@@ -2,7 +2,8 @@
 
 Generated from the same data the Python code uses (the transition table, the immutable
 ToolSpec columns), for PostgreSQL and SQLite. Migrations call ``install``/``uninstall``; a change
-to the table needs a new migration that re-installs the guards.
+to the table needs a new migration that re-installs the guards — and so does any migration that
+makes SQLite rebuild a guarded table (most AlterFields), since the rebuild drops its triggers.
 """
 from __future__ import annotations
 
