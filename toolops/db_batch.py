@@ -14,7 +14,6 @@ primary key is set client-side, or whose generated key nobody needs (events).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from collections.abc import Sequence
@@ -75,35 +74,21 @@ def _log(connection, sql: str, start: float) -> None:
 def _pipelined(connection, statements: Sequence[tuple[str, list]]) -> None:
     """Send ``statements`` as prepared statements in one psycopg pipeline: one round trip.
 
-    Outside a transaction BEGIN and COMMIT ride in the same pipeline, so the list is all or
-    nothing with one commit; inside the caller's transaction it simply joins it. Prepared
-    statements (server-side binding) skip the server's parse and plan of each INSERT and the
-    client's quoting of every value — measured 0.2–0.3 ms less per admission than sending the
-    client-bound text. Queries are logged as Django's cursor logs them (``connection.queries``).
+    Outside a transaction the pipeline's single Sync makes the list one implicit transaction
+    (PostgreSQL protocol docs, "Pipelining": the Sync commits if every statement succeeded and
+    rolls back otherwise), so no BEGIN/COMMIT messages are needed; inside the caller's
+    transaction the statements simply join it. Prepared statements (server-side binding) skip
+    the server's parse and plan of each INSERT and the client's quoting of every value.
+    Queries are logged as Django's cursor logs them (``connection.queries``).
     """
     connection.ensure_connection()
     connection.validate_no_broken_transaction()
     raw = connection.connection
-    own_transaction = connection.get_autocommit()
     start = time.monotonic()
-    with connection.wrap_database_errors:
-        cursor = psycopg.Cursor(raw)  # Django's own cursors bind on the client
-        try:
-            with raw.pipeline():
-                if own_transaction:
-                    cursor.execute("BEGIN")
-                for sql, params in statements:
-                    cursor.execute(sql, params, prepare=True)
-                if own_transaction:
-                    cursor.execute("COMMIT")
-        except BaseException:
-            # An error skips the rest of the pipeline, COMMIT included: end the transaction.
-            if own_transaction and raw.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                with contextlib.suppress(psycopg.Error):  # a broken connection: Django drops it
-                    raw.execute("ROLLBACK")
-            raise
-        finally:
-            cursor.close()
+    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:  # Django's cursors bind on the client
+        with raw.pipeline():
+            for sql, params in statements:
+                cursor.execute(sql, params, prepare=True)
     _log(connection, ";\n".join(sql for sql, _ in statements), start)
 
 
