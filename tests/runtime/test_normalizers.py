@@ -15,6 +15,7 @@ from toolops.runtime.normalizers import (
     FieldRule,
     NormalizationContext,
     NormalizationRejected,
+    cached_rules,
     check_rules,
     normalize_arguments,
 )
@@ -323,6 +324,26 @@ class TestRules:
         )
         assert args == before
         assert out == {"money": {"amount_minor": 100, "currency": "EUR"}, "tags": ["a"], "calendar_id": "primary"}
+
+    def test_a_compiled_rule_resolves_its_options_once_and_read_only(self):
+        rule = FieldRule.from_dict({"pointer": "/a~1b/0", "normalizer": "identifier", "options": {"casefold": True}})
+        assert rule.tokens == ("a/b", "0")
+        assert rule.resolved["casefold"] is True and "trim" in rule.resolved  # defaults filled in
+        with pytest.raises(TypeError):
+            rule.resolved["casefold"] = False  # one rule serves every call: nobody may change it
+        assert rule == FieldRule(pointer="/a~1b/0", normalizer="identifier", options={"casefold": True})
+
+    def test_cached_rules_compile_once_per_key(self):
+        rules = [{"pointer": "/when", "normalizer": "date"}]
+        first = cached_rules(("tests.cached", 1), rules)
+        assert cached_rules(("tests.cached", 1), rules) is first
+        assert normalize_arguments({"when": "tomorrow"}, first, ctx())[0] == {"when": "2026-07-20"}
+        assert cached_rules(("tests.cached", 2), []) == ()
+
+    def test_a_rejection_names_the_rule_and_the_normalizer(self):
+        with pytest.raises(NormalizationRejected) as info:
+            normalize_arguments({"when": "someday"}, [{"pointer": "/when", "normalizer": "date"}], ctx())
+        assert (info.value.pointer, info.value.normalizer) == ("/when", "date")
 
     def test_it_skips_rules_whose_pointer_is_absent(self):
         rules = [{"pointer": p, "normalizer": "date"} for p in ("/missing", "/a/b", "/list/5", "/list/-", "/s/x")]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .digest import CanonicalizationError, invocation_digest
-from .normalizers import NormalizationContext, NormalizationRejected, normalize_arguments
+from .normalizers import NormalizationContext, NormalizationRejected, cached_rules, normalize_arguments
 from .parser import DEFAULT_LIMITS, ParseRejected, ParserLimits, parse_strict
 from .states import State
 from .validation import cached_validator
@@ -121,7 +121,8 @@ def _validate_and_normalize(plan: AdmissionPlan, *, tool: ToolView, tenant: str,
 
     semantic = {"normalizers_version": context.to_record().get("normalizers_version"), "rules": tool.normalizers}
     try:
-        plan.normalized_arguments, plan.normalization_trace = normalize_arguments(plan.parsed, tool.normalizers, context)
+        rules = cached_rules((tool.name, tool.version), tool.normalizers)
+        plan.normalized_arguments, plan.normalization_trace = normalize_arguments(plan.parsed, rules, context)
     except NormalizationRejected as exc:
         plan.validation["semantic"] = {**semantic, "valid": False, "error": exc.as_dict()}
         return plan.reject(

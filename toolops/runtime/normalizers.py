@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, timezone
 from fractions import Fraction
+from types import MappingProxyType
 from typing import Any, Callable, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -132,16 +134,21 @@ class FieldRule:
     pointer: str
     normalizer: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    # Worked out once here rather than on every call: the pointer's tokens, the options with
+    # their defaults filled in (read-only, since one rule serves every call).
+    tokens: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    resolved: Mapping[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.pointer, str):
             raise ValueError("rule pointer must be a string")
-        parse_pointer(self.pointer)
+        object.__setattr__(self, "tokens", tuple(parse_pointer(self.pointer)))
         if self.normalizer not in REGISTRY:
             raise ValueError(
                 f"unknown normalizer {self.normalizer!r}; known: {sorted(REGISTRY)}"
             )
-        resolve_options(self.normalizer, self.options)
+        resolved = resolve_options(self.normalizer, self.options)
+        object.__setattr__(self, "resolved", MappingProxyType(copy.deepcopy(resolved)))
         object.__setattr__(self, "options", copy.deepcopy(dict(self.options)))
 
     @classmethod
@@ -175,6 +182,7 @@ class Option:
 _BOOL = (False, True)
 
 REGISTRY: dict[str, Normalizer] = {}
+_FUNCTIONS: dict[str, Normalizer] = {}  # the bare functions, for rules whose options are resolved
 OPTIONS: dict[str, Mapping[str, Option]] = {}
 
 
@@ -188,6 +196,8 @@ def register(name: str, *, options: Mapping[str, Option] | None = None):
     def decorate(fn: Normalizer) -> Normalizer:
         if name in REGISTRY:
             raise ValueError(f"normalizer {name!r} is already registered")
+
+        _FUNCTIONS[name] = fn
 
         def entry(value: Any, ctx: NormalizationContext, opts: Mapping[str, Any]) -> Any:
             resolved = resolve_options(name, opts)
@@ -263,29 +273,61 @@ def normalize_arguments(
        not resolve is skipped (presence is the schema's ``required``, not ours).
     3. A value a rule cannot normalize raises ``NormalizationRejected`` carrying the rule's pointer.
     """
-    parsed = [r if isinstance(r, FieldRule) else FieldRule.from_dict(r) for r in rules]
-    result = copy.deepcopy(arguments)
+    parsed = compile_rules(rules)
+    result = _json_copy(arguments)
     trace: list[dict] = []
     _apply_defaults(result, ctx, trace)
     for rule in parsed:
-        tokens = parse_pointer(rule.pointer)
-        found, value = _lookup(result, tokens)
+        found, value = _lookup(result, rule.tokens)
         if not found:
             continue
         try:
-            output = REGISTRY[rule.normalizer](value, ctx, rule.options)
+            output = _FUNCTIONS[rule.normalizer](value, ctx, rule.resolved)
         except NormalizationRejected as exc:
-            raise exc.located(pointer=rule.pointer) from None
-        result = _replace(result, tokens, output)
+            raise exc.located(pointer=rule.pointer, normalizer=rule.normalizer) from None
+        result = _replace(result, rule.tokens, output)
         trace.append(
             {
                 "pointer": rule.pointer,
                 "normalizer": rule.normalizer,
-                "input": copy.deepcopy(value),
-                "output": copy.deepcopy(output),
+                "input": _json_copy(value),
+                "output": _json_copy(output),
             }
         )
     return result, trace
+
+
+def compile_rules(rules: list[dict] | list[FieldRule]) -> tuple[FieldRule, ...]:
+    """A ToolSpec's rules as ``FieldRule``s (``ValueError`` when malformed)."""
+    return tuple(r if isinstance(r, FieldRule) else FieldRule.from_dict(r) for r in rules)
+
+
+RULES_CACHE_SIZE = 4096
+_rules_cache: dict[tuple, tuple[FieldRule, ...]] = {}
+
+
+def cached_rules(cache_key: tuple, rules: list[dict]) -> tuple[FieldRule, ...]:
+    """``compile_rules`` once per ``cache_key`` — a published ToolSpec's name and version, which
+    are immutable, as for ``validation.cached_validator``. A full cache is simply emptied:
+    compiling a spec's rules again costs microseconds."""
+    compiled = _rules_cache.get(cache_key)
+    if compiled is None:
+        compiled = compile_rules(rules)
+        if len(_rules_cache) >= RULES_CACHE_SIZE:
+            _rules_cache.clear()
+        _rules_cache[cache_key] = compiled
+    return compiled
+
+
+def _json_copy(value: Any) -> Any:
+    """Deep copy of a JSON value (what the parser yields): containers copied, scalars shared."""
+    if isinstance(value, dict):
+        return {key: _json_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_copy(item) for item in value]
+    if value is None or isinstance(value, (str, int, float)):  # bool is an int
+        return value
+    return copy.deepcopy(value)
 
 
 def _apply_defaults(result: Any, ctx: NormalizationContext, trace: list[dict]) -> None:
@@ -333,7 +375,7 @@ def _step(container: Any, token: str) -> tuple[bool, Any]:
     return (False, None)
 
 
-def _lookup(document: Any, tokens: list[str]) -> tuple[bool, Any]:
+def _lookup(document: Any, tokens: Sequence[str]) -> tuple[bool, Any]:
     value = document
     for token in tokens:
         found, value = _step(value, token)
@@ -342,7 +384,7 @@ def _lookup(document: Any, tokens: list[str]) -> tuple[bool, Any]:
     return (True, value)
 
 
-def _replace(document: Any, tokens: list[str], new: Any) -> Any:
+def _replace(document: Any, tokens: Sequence[str], new: Any) -> Any:
     if not tokens:
         return new
     _, parent = _lookup(document, tokens[:-1])
