@@ -13,7 +13,7 @@ import logging
 from datetime import timedelta
 from decimal import Decimal
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -77,11 +77,12 @@ def budget_add_result_bytes(*, run_id, nbytes: int) -> None:
 def result_bytes_increment(*, run_id, nbytes: int) -> tuple[str, list]:
     """The UPDATE counting ``nbytes`` of stored result against the run, as ``(sql, params)``,
     so the worker can send it with the result rows (``toolops.db_batch``)."""
-    quote = connection.ops.quote_name
+    conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself, not the per-access proxy
+    quote = conn.ops.quote_name
     column = quote(Run._meta.get_field("result_bytes_used").column)
     return (
         f"UPDATE {quote(Run._meta.db_table)} SET {column} = {column} + %s WHERE {quote(Run._meta.pk.column)} = %s",
-        [int(nbytes), Run._meta.pk.get_db_prep_value(run_id, connection)],
+        [int(nbytes), Run._meta.pk.get_db_prep_value(run_id, conn)],
     )
 
 
