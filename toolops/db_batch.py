@@ -4,9 +4,9 @@ fields exactly as ``save()`` and querysets do, so both work on PostgreSQL and SQ
 
 The admission of a proposal writes a proposal, an invocation and its event chain. One ORM
 ``create()`` each costs a round trip apiece plus BEGIN and COMMIT; ``insert_rows`` sends them
-together. On PostgreSQL they go as prepared statements in one psycopg pipeline (BEGIN, the
-INSERTs, COMMIT: one round trip, all or nothing, one commit; inside the caller's transaction
-they simply join it). Other databases (SQLite) run the statements one by one inside one
+together. On PostgreSQL they go as prepared statements in one psycopg pipeline ended by one
+Sync: one round trip, all or nothing, one commit (inside the caller's transaction they simply
+join it). Other databases (SQLite) run the statements one by one inside one
 transaction: the same rows, more round trips.
 
 No model signals fire and generated primary keys are not read back: use it for models whose
