@@ -55,6 +55,17 @@ def test_after_a_failure_the_connection_is_clean_and_usable():
     assert Tenant.objects.filter(slug=again.slug).exists()
 
 
+def test_a_statement_skipped_after_a_failure_runs_in_the_next_list():
+    # A pipeline skips what follows a failure — a statement's first prepare included — so the
+    # driver must not take that statement for prepared the next time it is sent.
+    tenant = Tenant.objects.create(slug=f"t-{uuid.uuid4().hex[:6]}", name="Batch")
+    skipped = [Subject(tenant=tenant, name=f"skipped-{i}") for i in range(7)]  # a shape sent nowhere else
+    with pytest.raises(IntegrityError):
+        insert_rows([Tenant(slug=tenant.slug, name="duplicate slug")], skipped)
+    insert_rows([Subject(tenant=tenant, name=f"again-{i}") for i in range(7)])
+    assert sorted(Subject.objects.filter(tenant=tenant).values_list("name", flat=True)) == [f"again-{i}" for i in range(7)]
+
+
 def test_statements_are_logged_as_django_logs_queries():
     fresh = Tenant(slug=f"t-{uuid.uuid4().hex[:6]}", name="logged")
     with CaptureQueriesContext(connection) as queries:
