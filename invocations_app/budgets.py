@@ -13,10 +13,11 @@ import logging
 from datetime import timedelta
 from decimal import Decimal
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from toolops.db_batch import execute_one
 from toolops.errors import BudgetExhausted, Conflict
 from toolops.runtime.states import CANCELLABLE, State
 
@@ -66,8 +67,7 @@ def budget_add_result_bytes(*, run_id, nbytes: int) -> None:
 
     A run known to have no byte cap needs no read back: its count can ride along with other
     writes as ``result_bytes_increment`` (the worker does so)."""
-    with connection.cursor() as cursor:
-        cursor.execute(*result_bytes_increment(run_id=run_id, nbytes=nbytes))
+    execute_one(*result_bytes_increment(run_id=run_id, nbytes=nbytes), fetch=False)
     run = Run.objects.only("budgets", "result_bytes_used", "status", "trace_id").get(pk=run_id)
     limit = _limit(run, "result_bytes")
     if limit is not None and run.result_bytes_used > limit and run.status == Run.Status.ACTIVE:

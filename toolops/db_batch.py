@@ -14,6 +14,7 @@ primary key is set client-side, or whose generated key nobody needs (events).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Sequence
@@ -55,20 +56,9 @@ def execute_one(sql: str, params: Sequence, *, fetch: bool = True, using: str = 
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if fetch else cursor.rowcount
-    connection.ensure_connection()
-    connection.validate_no_broken_transaction()
-    start = time.monotonic()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    with _prepared_cursor(connection, sql) as cursor:
         cursor.execute(sql, params, prepare=True)
-        result = cursor.fetchall() if fetch else cursor.rowcount
-    _log(connection, sql, start)
-    return result
-
-
-def _log(connection, sql: str, start: float) -> None:
-    """Log as Django's cursor does, so ``connection.queries`` and query-count tests see it."""
-    if connection.queries_logged:
-        connection.queries_log.append({"sql": sql, "time": f"{time.monotonic() - start:.3f}"})
+        return cursor.fetchall() if fetch else cursor.rowcount
 
 
 def _pipelined(connection, statements: Sequence[tuple[str, list]]) -> None:
@@ -79,17 +69,24 @@ def _pipelined(connection, statements: Sequence[tuple[str, list]]) -> None:
     rolls back otherwise), so no BEGIN/COMMIT messages are needed; inside the caller's
     transaction the statements simply join it. Prepared statements (server-side binding) skip
     the server's parse and plan of each INSERT and the client's quoting of every value.
-    Queries are logged as Django's cursor logs them (``connection.queries``).
     """
-    connection.ensure_connection()
-    connection.validate_no_broken_transaction()
-    raw = connection.connection
-    start = time.monotonic()
-    with connection.wrap_database_errors, psycopg.Cursor(raw) as cursor:  # Django's cursors bind on the client
-        with raw.pipeline():
+    with _prepared_cursor(connection, ";\n".join(sql for sql, _ in statements)) as cursor:
+        with connection.connection.pipeline():
             for sql, params in statements:
                 cursor.execute(sql, params, prepare=True)
-    _log(connection, ";\n".join(sql for sql, _ in statements), start)
+
+
+@contextlib.contextmanager
+def _prepared_cursor(connection, logged_sql: str):
+    """A server-binding psycopg cursor on Django's connection (Django's own bind on the client),
+    with Django's checks and error translation, logged as Django logs queries (``connection.queries``)."""
+    connection.ensure_connection()
+    connection.validate_no_broken_transaction()
+    start = time.monotonic()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        yield cursor
+    if connection.queries_logged:
+        connection.queries_log.append({"sql": logged_sql, "time": f"{time.monotonic() - start:.3f}"})
 
 
 def set_clause(model: type[models.Model], fields: dict, connection) -> tuple[list[str], list]:

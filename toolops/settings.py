@@ -122,9 +122,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # INSERT/UPDATE lists as prepared statements, which psycopg allows only when a threshold
     # is set. DB_PREPARE_THRESHOLD=off for a pooler that cannot keep prepared statements
     # (PgBouncer in transaction mode before 1.21): the same SQL then runs unprepared.
-    _threshold = os.environ.get("DB_PREPARE_THRESHOLD", "5")
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
-        None if _threshold.lower() in ("off", "none", "") else int(_threshold)
+        None if os.environ.get("DB_PREPARE_THRESHOLD", "").lower() in ("off", "none")
+        else env_int("DB_PREPARE_THRESHOLD", 5)
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Covering (INCLUDE) indexes are a PostgreSQL optimisation; SQLite simply builds the key part.
