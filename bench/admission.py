@@ -6,9 +6,9 @@ Two pipelines, HTTP excluded, each next to the same bare baseline:
 
 * admission (the scope of the admission issue: the pipeline stops at VALIDATED): strict parse,
   schema validation, normalization, digest, then proposal + invocation + its 3 events written
-  in one round trip — ``toolops.runtime.admission.admit`` + ``services.record_admission`` with
+  in one round trip — ``toolops.runtime.admission.admit`` + ``admission.record_admission`` with
   no authorization, the path an approver's edit takes before it is authorized;
-* full ``services.proposal_admit``, what an agent's POST runs: the above plus the grant read,
+* full ``admission.proposal_admit``, what an agent's POST runs: the above plus the grant read,
   the authorization decision and its event, and the Celery enqueue of the AUTHORIZED call.
 
 Baseline, same run, same arguments: ``jsonschema`` validation of the parsed arguments plus one
@@ -42,7 +42,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from invocations_app import services  # noqa: E402
+from invocations_app import admission, runs  # noqa: E402
 from invocations_app.models import Proposal  # noqa: E402
 from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
@@ -65,22 +65,22 @@ def setup(tag: str):
     # A realistic path: the subject holds weather.read, so each proposal ends AUTHORIZED.
     capability, _ = Capability.objects.get_or_create(name="weather.read", defaults={"operation_class": "read"})
     Grant.objects.create(capability=capability, tenant=tenant, subject=subject, scope_kind="any", reason="bench")
-    run = services.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US", metadata={}, trace=None)
-    call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    run = runs.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US", metadata={}, trace=None)
+    call = runs.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
     return subject, spec, call
 
 
 def pipeline_block(subject, spec, call, n: int, offset: int) -> float:
     start = time.perf_counter()
     for i in range(n):
-        services.proposal_admit(
+        admission.proposal_admit(
             model_call=call, subject=subject, proposal_id=f"p{offset + i}", name=spec.ref, arguments_bytes=ARGS[i % len(ARGS)]
         )
     return n / (time.perf_counter() - start)
 
 
 def admission_block(subject, spec, call, n: int, offset: int) -> float:
-    run, limits = call.run, services.parser_limits()
+    run, limits = call.run, admission.parser_limits()
     start = time.perf_counter()
     for i in range(n):
         raw = ARGS[i % len(ARGS)]
@@ -88,7 +88,7 @@ def admission_block(subject, spec, call, n: int, offset: int) -> float:
         context = NormalizationContext(clock=now.astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale)
         plan = admit(arguments_bytes=raw, tool=tool_view(spec), visible_names=[spec.ref], tenant=subject.tenant.slug,
                      context=context, limits=limits)
-        services.record_admission(
+        admission.record_admission(
             model_call=call, run=run, subject=subject, proposal_id=f"a{offset + i}", name=spec.ref, arguments_bytes=raw,
             spec=spec, plan=plan, auth=None, context=context, limits=limits, idempotency_key=None, trace=None,
         )
@@ -141,7 +141,7 @@ def memory(sizes: list[int]) -> None:
         peaks = []
         for k in range(5):
             tracemalloc.start()
-            services.proposal_admit(model_call=call, subject=subject, proposal_id=f"m{size}-{k}", name=spec.ref, arguments_bytes=ARGS[k])
+            admission.proposal_admit(model_call=call, subject=subject, proposal_id=f"m{size}-{k}", name=spec.ref, arguments_bytes=ARGS[k])
             peaks.append(tracemalloc.get_traced_memory()[1])
             tracemalloc.stop()
         print(f"{size:9d}  {size:17d}  {statistics.median(peaks):10.0f}")

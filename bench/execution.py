@@ -35,7 +35,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from bench.bare_tasks import BARE_TABLE, bare_write_task  # noqa: E402
-from invocations_app import services  # noqa: E402
+from invocations_app import admission, runs  # noqa: E402
 from invocations_app.models import Invocation  # noqa: E402
 from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
@@ -63,8 +63,8 @@ def setup():
     spec = toolspec_publish(spec=ToolSpec.objects.create(**{**WEATHER, "name": f"bx{tag}.weather", "version": 1}))
     capability, _ = Capability.objects.get_or_create(name="weather.read", defaults={"operation_class": "read"})
     Grant.objects.create(capability=capability, tenant=tenant, subject=subject, scope_kind="any", reason="bench")
-    run = services.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
-    call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    run = runs.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    call = runs.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
     return subject, spec, call
 
 
@@ -80,7 +80,7 @@ def start_worker() -> subprocess.Popen:
 
 
 def admit(subject, spec, call, i: int) -> str:
-    inv, _ = services.proposal_admit(
+    inv, _ = admission.proposal_admit(
         model_call=call, subject=subject, proposal_id=f"x{uuid.uuid4().hex}", name=spec.ref,
         arguments_bytes=f'{{"city": "City {i}", "date": "2026-07-20"}}'.encode(),
     )

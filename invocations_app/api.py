@@ -1,9 +1,11 @@
 """Agent API: runs, model calls, proposals, invocations. Views parse, call a service, serialize."""
 from __future__ import annotations
 
+import base64
 import re
 
 from django.conf import settings
+from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -12,7 +14,11 @@ from rest_framework.views import APIView
 
 from toolops.errors import ApplicationError
 
-from . import selectors, services
+from . import selectors
+from .admission import proposal_admit
+from .cancellation import invocation_cancel
+from .runs import model_call_create, run_create, run_finish
+from .tool_messages import result_page, tool_message
 from .serializers import (
     CancelIn, EventOut, InvocationOut, ModelCallIn, OpenAIToolCallsIn, ProposalIn, RunIn, RunOut,
     invocation_to_dict, run_to_dict,
@@ -35,7 +41,7 @@ class RunCreateView(APIView):
     @extend_schema(request=RunIn, responses={201: RunOut}, summary="Start a run")
     def post(self, request):
         data = _valid(RunIn, request.data)
-        run = services.run_create(
+        run = run_create(
             subject=_subject(request), budgets=_plain_budgets(data.get("budgets") or {}), timezone_name=data["timezone"],
             locale=data["locale"], metadata=data["metadata"], trace=request.trace,
         )
@@ -55,7 +61,7 @@ class RunFinishView(APIView):
     @extend_schema(request=None, responses={200: RunOut}, summary="End a run")
     def post(self, request, run_id):
         run = selectors.run_get(subject=_subject(request), run_id=run_id)
-        return Response(run_to_dict(services.run_finish(run=run)))
+        return Response(run_to_dict(run_finish(run=run)))
 
 
 class ModelCallCreateView(APIView):
@@ -70,7 +76,7 @@ class ModelCallCreateView(APIView):
     def post(self, request, run_id):
         run = selectors.run_get(subject=_subject(request), run_id=run_id)
         data = _valid(ModelCallIn, request.data)
-        call = services.model_call_create(run=run, tool_refs=data["tools"], fmt=data["format"], context=data["context"])
+        call = model_call_create(run=run, tool_refs=data["tools"], fmt=data["format"], context=data["context"])
         request.trace_id = request.trace_id or run.trace_id
         visible = list(call.visible_tools.all())
         return Response(
@@ -97,7 +103,7 @@ class ProposalCreateView(APIView):
             _valid(ProposalIn, request.data)
         ]
         results = [
-            services.proposal_admit(
+            proposal_admit(
                 model_call=call, subject=_subject(request), proposal_id=p["proposal_id"], name=p["name"],
                 arguments_bytes=p["arguments_bytes"], idempotency_key=_idempotency_key(request),
                 trace=request.trace,
@@ -138,7 +144,7 @@ class InvocationCancelView(APIView):
     def post(self, request, invocation_id):
         inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
         data = _valid(CancelIn, request.data or {})
-        inv = services.invocation_cancel(invocation=inv, actor=f"subject:{_subject(request).pk}", reason=data["reason"])
+        inv = invocation_cancel(invocation=inv, actor=f"subject:{_subject(request).pk}", reason=data["reason"])
         request.trace_id = inv.trace_id
         return Response(invocation_to_dict(inv))
 
@@ -186,10 +192,6 @@ class InvocationToolMessageView(APIView):
         summary="The exact tool-message bytes recorded for the model (409 until final or awaiting confirmation)",
     )
     def get(self, request, invocation_id):
-        from django.http import HttpResponse
-
-        from .results import tool_message
-
         fmt = request.query_params.get("format", "openai")
         if fmt not in ("openai", "anthropic", "mcp"):
             raise ApplicationError("format must be one of openai, anthropic, mcp", code="invalid_format")
@@ -205,10 +207,6 @@ class InvocationResultView(APIView):
         summary="The rest of a truncated result, page by page (raw bytes, base64)",
     )
     def get(self, request, invocation_id):
-        import base64
-
-        from .results import result_page
-
         inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
         try:
             chunk, next_cursor, total = result_page(invocation=inv, cursor=request.query_params.get("cursor"))

@@ -23,8 +23,9 @@ from toolops.runtime.states import State
 
 from .confirmations import confirmation_open
 from .counters import counts_usage as _counting, default_counter
+from .dispatch import enqueue_when_committed
 from .models import Invocation
-from .services import enqueue_when_committed, invocation_transition
+from .transitions import invocation_transition
 
 DEFAULT_CONFIRMATION_SECONDS = 15 * 60
 
@@ -74,17 +75,15 @@ class AuthOutcome:
 
 def authorization_decide(
     *, spec: ToolSpec, tenant, subject, run_id, invocation_id, normalized_arguments, now: datetime, counter=None,
-    before_reserve=None,
 ) -> AuthOutcome:
     """Decide for one call (grants snapshot + pure decision + atomic reservation of counting limits).
 
-    ``before_reserve`` runs once before the first unit of a counting limit is taken (the
-    proposal service checks for a replay there, so a re-post never spends a unit).
-    """
+    Reserved units are given back with ``release_reservations`` when the call is not recorded
+    after all (admission lost a race)."""
     counter = counter or default_counter()
     decision, amounts = _decide(
         spec=spec, tenant=tenant, subject=subject, run_id=run_id, invocation_id=invocation_id,
-        arguments=normalized_arguments, now=now, counter=counter, before_reserve=before_reserve,
+        arguments=normalized_arguments, now=now, counter=counter,
     )
     policy = spec.confirmation_policy or {}
     needs_human = decision.effect == Effect.CONFIRM or (decision.effect == Effect.ALLOW and bool(policy.get("required")))
@@ -127,7 +126,7 @@ def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
     return invocation
 
 
-def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter, before_reserve=None):
+def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter):
     """The decision and the amount per capability (reservations are taken for allowed calls)."""
     declared = list(spec.required_capabilities or [])
     names = [entry["capability"] for entry in declared]
@@ -147,9 +146,6 @@ def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments
         if decision.effect == Effect.DENY:
             return decision, amounts
         counted = [g for g in decision.used_grants if _counting(g)]
-        if counted and before_reserve is not None:
-            before_reserve()
-            before_reserve = None
         failed = _reserve_all(counted, counter, run_id, invocation_id, amounts, now)
         if not failed:
             return decision, amounts

@@ -18,10 +18,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from toolops.db_batch import execute_one
-from toolops.errors import BudgetExhausted, Conflict
-from toolops.runtime.states import CANCELLABLE, State
+from toolops.errors import BudgetExhausted
 
-from .models import Invocation, Run
+from .cancellation import run_invocations_cancel
+from .models import Run
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +60,12 @@ def budget_take(*, run: Run, key: str, amount=1) -> None:
         f"the run's {key} budget is used up" if limit is not None else f"the run has ended ({run.end_reason})",
         extra={"budget": key, "limit": str(limit) if limit is not None else None},
     )
+
+
+def budget_give_back(*, run: Run, key: str, amount=1) -> None:
+    """Return units taken for a call that was not recorded after all (it lost a race)."""
+    field = _USED_FIELD[key]
+    Run.objects.filter(pk=run.pk, **{f"{field}__gte": amount}).update(**{field: F(field) - amount})
 
 
 def budget_add_result_bytes(*, run_id, nbytes: int) -> None:
@@ -101,18 +107,11 @@ def attempt_refusal(run: Run, *, fresh: bool = False) -> str | None:
 
 def run_exhaust(*, run: Run, reason: str) -> bool:
     """End an active Run as exhausted; cancel its invocations that have not crossed the boundary."""
-    from .services import invocation_cancel  # services build on this module's errors only
-
     ended = Run.objects.filter(pk=run.pk, status=Run.Status.ACTIVE).update(
         status=Run.Status.EXHAUSTED, ended_at=timezone.now(), end_reason=reason
     )
     if not ended:
         return False
     logger.info("run %s exhausted: %s", run.pk, reason, extra={"trace_id": run.trace_id})
-    pending = Invocation.objects.filter(run_id=run.pk, state__in=[s.value for s in CANCELLABLE] + [State.EXECUTING])
-    for invocation in pending:
-        try:
-            invocation_cancel(invocation=invocation, actor="runtime:budget", reason=f"run budget exhausted: {reason}")
-        except Conflict:  # it moved on (e.g. committed): the effect stands
-            logger.info("invocation %s not cancelled on exhaustion (state moved on)", invocation.pk)
+    run_invocations_cancel(run=run, reason=reason)
     return True

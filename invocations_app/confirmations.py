@@ -1,4 +1,4 @@
-"""Human confirmation bound to a digest (SPEC §6): open, approve, deny, expire, approve with edits.
+"""Human confirmation bound to a digest (SPEC §6): open, approve, deny, expire.
 
 A decision is single-use and race-safe: it is a conditional ``UPDATE … WHERE state = 'pending'
 AND expires_at > now``; of two approvers clicking at once exactly one changes a row, and only
@@ -7,22 +7,19 @@ different digest is refused before anything changes.
 """
 from __future__ import annotations
 
+import json
+import uuid
 from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
 
-from specs_app.selectors import tool_view
 from toolops.errors import ApplicationError, Conflict
-from toolops.runtime.admission import AdmissionPlan, admit
-from toolops.runtime.digest import canonical_json
-from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.states import State
 
+from .dispatch import enqueue_when_committed
 from .models import Confirmation, Invocation
-from .services import (
-    TransitionConflict, confirmation_row_create, enqueue_when_committed, event_append, invocation_transition, parser_limits, record_admission,
-)
+from .transitions import TransitionConflict, event_append, invocation_transition
 
 
 class StaleDigest(Conflict):
@@ -31,6 +28,35 @@ class StaleDigest(Conflict):
 
 class AlreadyDecided(Conflict):
     code = "already_decided"
+
+
+def render_arguments(arguments) -> str:
+    """What the approver reads: one ``field: value`` line per top-level argument."""
+    if not isinstance(arguments, dict):
+        return json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True)
+    lines = []
+    for key in sorted(arguments):
+        value = arguments[key]
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        lines.append(f"{key}: {shown}")
+    return "\n".join(lines)
+
+
+def confirmation_row_create(*, invocation: Invocation, expires_at, confirmation_id=None) -> Confirmation:
+    """Save the pending confirmation of an invocation (caller's transaction)."""
+    confirmation = confirmation_row(invocation=invocation, expires_at=expires_at, confirmation_id=confirmation_id)
+    confirmation.save(force_insert=True)
+    return confirmation
+
+
+def confirmation_row(*, invocation: Invocation, expires_at, confirmation_id=None) -> Confirmation:
+    """The (unsaved) pending confirmation of an invocation, bound to its digest."""
+    return Confirmation(
+        id=confirmation_id or uuid.uuid4(), invocation=invocation, tool_spec_id=invocation.tool_spec_id, tenant_id=invocation.tenant_id,
+        subject_id=invocation.subject_id, run_id=invocation.run_id, digest=invocation.digest,
+        arguments=invocation.normalized_arguments, rendering=render_arguments(invocation.normalized_arguments),
+        expires_at=expires_at,
+    )
 
 
 def confirmation_open(*, invocation: Invocation, expires_at: datetime) -> Confirmation:
@@ -43,7 +69,7 @@ def confirmation_open(*, invocation: Invocation, expires_at: datetime) -> Confir
     return confirmation
 
 
-def _refuse_if_overdue(confirmation: Confirmation, now: datetime) -> None:
+def refuse_if_overdue(confirmation: Confirmation, now: datetime) -> None:
     """Expire an overdue confirmation in its own transaction, then refuse the decision."""
     if confirmation.state == Confirmation.Status.PENDING and confirmation.expires_at <= now:
         confirmation_expire(confirmation=confirmation, now=now)
@@ -51,7 +77,7 @@ def _refuse_if_overdue(confirmation: Confirmation, now: datetime) -> None:
         raise AlreadyDecided(f"confirmation is already {confirmation.state}", extra={"state": confirmation.state})
 
 
-def _claim(confirmation: Confirmation, *, state: str, user, reason: str, now: datetime, replacement=None) -> None:
+def decision_claim(confirmation: Confirmation, *, state: str, user, reason: str, now: datetime, replacement=None) -> None:
     """The single-use step: only one caller turns a pending, unexpired confirmation into ``state``."""
     changed = Confirmation.objects.filter(pk=confirmation.pk, state=Confirmation.Status.PENDING, expires_at__gt=now).update(
         state=state, decided_by=user, decided_at=now, reason=reason, replacement=replacement
@@ -68,9 +94,9 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
         raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
     invocation = confirmation.invocation
     now = timezone.now()
-    _refuse_if_overdue(confirmation, now)
+    refuse_if_overdue(confirmation, now)
     with transaction.atomic():
-        _claim(confirmation, state=Confirmation.Status.APPROVED, user=user, reason=reason, now=now)
+        decision_claim(confirmation, state=Confirmation.Status.APPROVED, user=user, reason=reason, now=now)
         if invocation.digest != digest_seen:  # defence in depth: the invocation itself changed
             raise StaleDigest("invocation digest differs from the approved one")
         data = {"confirmation_id": str(confirmation.pk), "digest": digest_seen, "reason": reason}
@@ -92,9 +118,9 @@ def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invoc
         raise ApplicationError("a reason is required to deny", code="reason_required")
     invocation = confirmation.invocation
     now = timezone.now()
-    _refuse_if_overdue(confirmation, now)
+    refuse_if_overdue(confirmation, now)
     with transaction.atomic():
-        _claim(confirmation, state=Confirmation.Status.DENIED, user=user, reason=reason, now=now)
+        decision_claim(confirmation, state=Confirmation.Status.DENIED, user=user, reason=reason, now=now)
         invocation_transition(
             invocation=invocation, src=State.AUTHORIZED, dst=State.AUTHORIZATION_REJECTED, kind="confirmation_denied",
             data={"confirmation_id": str(confirmation.pk), "reason": reason}, actor=f"user:{user.username}",
@@ -137,77 +163,3 @@ def confirmations_expire_due(*, now: datetime | None = None, batch: int = 500) -
     now = now or timezone.now()
     due = Confirmation.objects.filter(state=Confirmation.Status.PENDING, expires_at__lte=now).select_related("invocation")
     return sum(confirmation_expire(confirmation=c, now=now) for c in due[:batch])
-
-
-# --- approve with edits -------------------------------------------------------------------
-
-def confirmation_preview_edit(*, confirmation: Confirmation, edited_arguments) -> AdmissionPlan:
-    """What the edited arguments become (normalized, digest) under the original's recorded context.
-
-    Nothing is written: the approver reviews the new digest, then confirms it explicitly.
-    """
-    original = confirmation.invocation
-    return admit(
-        arguments_bytes=canonical_json(edited_arguments),
-        tool=tool_view(original.tool_spec),
-        visible_names=[],
-        tenant=original.tenant.slug,
-        context=NormalizationContext.from_record(original.normalization_context),
-        limits=parser_limits(),
-    )
-
-
-def confirmation_approve_with_edits(
-    *, confirmation: Confirmation, user, digest_seen: str, edited_arguments, new_digest_seen: str, reason: str
-) -> Invocation:
-    """Replace the call with edited arguments and approve the *new* digest in one decision.
-
-    The original ends CANCELLED_BEFORE_COMMIT (its tool message will say the arguments were
-    changed and point at the replacement); the replacement is a new invocation linked by
-    ``edited_from``, authorized like any other, and approved only if ``new_digest_seen`` is the
-    digest the edit actually produced.
-    """
-    if digest_seen != confirmation.digest:
-        raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
-    if not reason.strip():
-        raise ApplicationError("a reason is required to change arguments", code="reason_required")
-    _refuse_if_overdue(confirmation, timezone.now())
-    plan = confirmation_preview_edit(confirmation=confirmation, edited_arguments=edited_arguments)
-    if plan.error:
-        raise ApplicationError(f"edited arguments rejected: {plan.error['message']}", code="edit_rejected", extra={"error": plan.error})
-    if plan.digest != new_digest_seen:
-        raise StaleDigest("confirm the digest of the edited arguments", extra={"digest": plan.digest})
-    if plan.digest == confirmation.digest:
-        return confirmation_approve(confirmation=confirmation, user=user, digest_seen=digest_seen, reason=reason)
-    replacement = _replace_invocation(confirmation=confirmation, user=user, plan=plan, reason=reason)
-    from .authorization import invocation_authorize  # authorization builds on this module
-
-    invocation_authorize(invocation=replacement)
-    replacement.refresh_from_db()
-    pending = replacement.confirmations.filter(state=Confirmation.Status.PENDING).first()
-    if pending is not None:
-        return confirmation_approve(confirmation=pending, user=user, digest_seen=plan.digest, reason=f"edited and approved: {reason}")
-    return replacement
-
-
-def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan, reason: str) -> Invocation:
-    original = confirmation.invocation
-    now = timezone.now()
-    with transaction.atomic():
-        replacement = record_admission(
-            model_call=original.model_call, run=original.run, subject=original.subject,
-            proposal_id=f"{original.proposal.proposal_id}#edit-{confirmation.pk.hex[:8]}", name=original.tool_ref,
-            arguments_bytes=canonical_json(plan.parsed), spec=original.tool_spec, plan=plan, auth=None,
-            context=NormalizationContext.from_record(original.normalization_context), limits=parser_limits(),
-            idempotency_key=f"{original.idempotency_key}:edit:{plan.digest[:16]}", trace=None, edited_from=original,
-        )
-        _claim(confirmation, state=Confirmation.Status.EDITED, user=user, reason=reason, now=now, replacement=replacement)
-        invocation_transition(
-            invocation=original, src=State.AUTHORIZED, dst=State.CANCELLED_BEFORE_COMMIT, kind="edited_by_approver",
-            data={"replacement_invocation_id": str(replacement.pk), "new_digest": plan.digest, "reason": reason},
-            actor=f"user:{user.username}",
-            fields={"error_code": "cancelled",
-                    "error_message": f"an approver changed the arguments; the call continues as invocation {replacement.pk}",
-                    "error_detail": {"replacement_invocation_id": str(replacement.pk), "reason": reason}},
-        )
-    return replacement

@@ -31,7 +31,7 @@ from .selectors_support import (
     age, invocation_record, pretty, record_get_for_user, unknown_filter_choices, unknown_outcome_count,
     unknown_outcome_get_for_user, unknown_outcome_queue_list,
 )
-from .services import render_arguments
+from .confirmations import render_arguments
 
 app_name = "support"
 

@@ -37,9 +37,11 @@ from toolops.tracelog import trace_scope
 
 from . import executors
 from .budgets import attempt_refusal, budget_take
+from .dispatch import enqueue_execution
 from .models import Attempt, Confirmation, Invocation, Proposal, Run
-from .results import invocation_finish_with_message, redacted
-from .services import event_append, invocation_transition
+from .results import invocation_finish_with_message
+from .tool_messages import redacted
+from .transitions import event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
 
@@ -353,8 +355,6 @@ def _schedule_retry(inv: Invocation, decision) -> Invocation:
     due = timezone.now() + timedelta(seconds=decision.delay_seconds)
     Invocation.objects.filter(pk=inv.pk, state=State.EXECUTING).update(next_attempt_at=due)
     event_append(invocation=inv, kind="retry_scheduled", data={**decision.to_dict(), "due_at": due.isoformat()})
-    from .tasks import enqueue_execution
-
     enqueue_execution(inv.pk, countdown=decision.delay_seconds)
     return inv
 

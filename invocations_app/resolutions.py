@@ -54,9 +54,10 @@ from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
 
 from . import executors
+from .execution import attempt_timeout, execution_claim, execution_run
 from .models import Event, IdempotencyRecord, Invocation, Run
 from .results import invocation_finish_with_message
-from .services import TransitionConflict, event_append, invocation_transition
+from .transitions import TransitionConflict, event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
 
@@ -208,8 +209,6 @@ def _already_resolved(invocation: Invocation) -> AlreadyResolved:
 # --- look up now -------------------------------------------------------------------------------
 
 def _attempt_context(invocation: Invocation) -> executors.AttemptContext:
-    from .execution import attempt_timeout  # execution builds on results/services like this module
-
     return executors.AttemptContext(
         invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
         side_effect_class=invocation.tool_spec.side_effect_class, attempt=invocation.attempt_count,
@@ -447,8 +446,6 @@ def resolution_resend(*, invocation: Invocation, user, reason: str) -> Invocatio
     would find nothing to do. If this process dies mid-send, the open attempt is recovered by
     the beat task like any other (sent → OUTCOME_UNKNOWN again).
     """
-    from .execution import attempt_timeout, execution_claim, execution_run  # execution imports results/services
-
     _require_resolver(user, invocation)
     reason = _required(reason, code="reason_required", what="a reason")
     if invocation.tool_spec.side_effect_class != "write_idempotent":

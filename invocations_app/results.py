@@ -1,4 +1,4 @@
-"""Results back to the model (SPEC §10): encode once, store the exact bytes, serve them as stored.
+"""Results back to the model (SPEC §10): the last transition of a call, together with its tool messages.
 
 The final transition and the tool messages are written in one transaction, so an invocation
 never reaches OBSERVED (or a failure terminal) without its messages, and nothing is written
@@ -9,49 +9,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from toolops import otel
-from toolops.db_batch import insert_rows
-from toolops.errors import Conflict
-from toolops.runtime.rendering import FORMATS
-from toolops.runtime.states import TERMINAL, State
-from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, redact, render
+from toolops.runtime.tool_messages import ToolResult
 
-from . import executors
 from .budgets import budget_add_result_bytes, result_bytes_increment
-from .models import Confirmation, IdempotencyRecord, Invocation, ResultBody, ToolMessage
-from .services import TransitionConflict, invocation_transition
-
-PAGE_BYTES = 16384
-
-
-def result_policy(invocation: Invocation) -> ResultPolicy:
-    spec = invocation.tool_spec
-    secrets = executors.secret_values(spec.executor or {}) if spec else []
-    return ResultPolicy.from_dict((spec.result_policy if spec else None) or None, secrets=secrets)
-
-
-def redacted(invocation: Invocation, value: Any) -> Any:
-    """A value safe to keep in the record: the tool's secrets and configured patterns removed."""
-    return redact(value, policy=result_policy(invocation))
-
-
-def _encode(invocation: Invocation, result: ToolResult):
-    return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
-                         tool_ref=invocation.tool_ref or invocation.proposal.name)
-
-
-def _message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:
-    """The result body and one tool message per format, unsaved (SPEC §10: stored once)."""
-    is_error = result.status != "ok"
-    return [
-        [ResultBody(invocation=invocation, body=encoded.full_bytes, total_bytes=encoded.total_bytes)],
-        [ToolMessage(invocation=invocation, format=fmt, message_bytes=message_bytes(
-            render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=is_error)
-        )) for fmt in FORMATS],
-    ]
+from .models import IdempotencyRecord, Invocation
+from .tool_messages import encode, message_rows, redacted
+from .transitions import TransitionConflict, invocation_transition
 
 
 def invocation_finish_with_message(
@@ -68,7 +35,7 @@ def invocation_finish_with_message(
     if error:
         error = redacted(invocation, error)
         fields.update(error_code=error.get("code", ""), error_message=error.get("message", ""), error_detail=error)
-    encoded = _encode(invocation, result)
+    encoded = encode(invocation, result)
     # The record keeps what the model got: redacted, untrusted text wrapped — never the raw value.
     fields["result_value"] = json.loads(encoded.full_bytes) if status == "ok" else None
     # A run's budgets never change: the one already loaded tells whether bytes are capped. An
@@ -81,7 +48,7 @@ def invocation_finish_with_message(
         try:
             invocation_transition(
                 invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}), fields=fields,
-                rows=_message_rows(invocation, result, encoded),
+                rows=message_rows(invocation, result, encoded),
                 statements=[result_bytes_increment(run_id=invocation.run_id, nbytes=encoded.total_bytes)] if uncapped else (),
             )
         except TransitionConflict as exc:
@@ -102,47 +69,7 @@ def invocation_finish_with_message(
 
 def _settle_idempotency(invocation: Invocation, *, ok: bool) -> None:
     if invocation.tool_spec_id is None or invocation.tool_spec.side_effect_class == "read_only":
-        return  # only writes hold a key record (services._idempotency_claim)
+        return  # only writes hold a key record (admission._idempotency_claim)
     IdempotencyRecord.objects.filter(invocation=invocation).update(
         status=IdempotencyRecord.Status.SUCCEEDED if ok else IdempotencyRecord.Status.FAILED
     )
-
-
-def _awaiting_confirmation(invocation: Invocation) -> bool:
-    return invocation.state == State.AUTHORIZED and invocation.confirmations.filter(state=Confirmation.Status.PENDING).exists()
-
-
-def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
-    """The exact bytes for the model. Terminal: stored once (rejections encoded on first read);
-    awaiting a human: an interim notice, not stored; otherwise ``Conflict`` (409)."""
-    stored = ToolMessage.objects.filter(invocation=invocation, format=fmt).first()
-    if stored is not None:
-        return bytes(stored.message_bytes)
-    if _awaiting_confirmation(invocation):
-        encoded = encode_result(
-            ToolResult(status="unknown", error={"code": "awaiting_confirmation",
-                                                "message": "a human must confirm this call; ask again later"}),
-            policy=result_policy(invocation), invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
-        )
-        return message_bytes(render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=True))
-    if invocation.state not in TERMINAL:
-        raise Conflict(f"invocation is {invocation.state}; its tool message is not final yet",
-                       code="not_final", extra={"state": invocation.state})
-    result = ToolResult(
-        status="error", error={"code": invocation.error_code or "error", "message": invocation.error_message},
-        commit_status=invocation.commit_status or "not_committed",
-    )
-    try:
-        with transaction.atomic():
-            insert_rows(*_message_rows(invocation, result, _encode(invocation, result)))
-    except IntegrityError:
-        pass  # a concurrent reader stored them first; serve those
-    return bytes(ToolMessage.objects.get(invocation=invocation, format=fmt).message_bytes)
-
-
-def result_page(*, invocation: Invocation, cursor: str | None) -> tuple[bytes, str | None, int]:
-    body = ResultBody.objects.filter(invocation=invocation).first()
-    if body is None:
-        raise Conflict("this invocation has no stored result", code="no_result")
-    chunk, next_cursor = page(bytes(body.body), cursor=cursor, page_bytes=PAGE_BYTES)
-    return chunk, next_cursor, body.total_bytes

@@ -4,11 +4,13 @@ from __future__ import annotations
 import time
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import connection
 
 from specs_app.models import Subject
 from toolops.errors import NotFound
 from toolops.runtime.states import TERMINAL, State
 
+from .confirmations import confirmations_expire_due_for
 from .models import Event, Invocation, ModelCall, ModelCallTool, Run
 
 # Where ``?wait=`` stops: a terminal state, an unknown outcome (reconciliation takes its
@@ -41,8 +43,6 @@ def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
     """One of the subject's invocations; a confirmation past its expiry is expired on access."""
     invocation = _invocation_get(subject, invocation_id)
     if invocation.state == State.AUTHORIZED:
-        from .confirmations import confirmations_expire_due_for
-
         if confirmations_expire_due_for(invocation=invocation):
             invocation = _invocation_get(subject, invocation_id)
     return invocation
@@ -75,8 +75,6 @@ def invocations_wait(*, invocations: list[Invocation], seconds: float, poll: flo
 
 def model_calls_including(*, invocation: Invocation) -> list[str]:
     """Ids of the run's model calls whose context carried this invocation's tool message."""
-    from django.db import connection
-
     calls = ModelCall.objects.filter(run_id=invocation.run_id).order_by("created_at")
     if connection.vendor == "postgresql":
         return [str(pk) for pk in calls.filter(context__contains=[str(invocation.pk)]).values_list("pk", flat=True)]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 from celery import shared_task
-from django.db import transaction
 from django.utils import timezone
 
 from toolops.runtime.states import State
@@ -22,34 +21,13 @@ from toolops.runtime.tracecontext import parse_traceparent
 from toolops.tracelog import trace_scope
 
 from .confirmations import confirmations_expire_due
+from .dispatch import EXECUTE_TASK, enqueue_execution, execution_send
+from .execution import attempt_timeout, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
 
 logger = logging.getLogger(__name__)
 
-# Longest countdown handed to the broker; later retries wait for the beat task.
-MAX_COUNTDOWN_SECONDS = 60
-
-
-def enqueue_execution(invocation_id, countdown: float = 0.0, traceparent: str | None = None) -> None:
-    """Enqueue after the current transaction commits (never for uncommitted state).
-
-    The message carries the invocation's W3C ``traceparent`` as a header, so the worker's log
-    lines join the caller's trace before it has read anything from the database.
-    """
-    if countdown > MAX_COUNTDOWN_SECONDS:
-        return  # executions_enqueue_due_task picks it up when due
-    if traceparent is None:
-        row = Invocation.objects.filter(pk=invocation_id).values("trace_id", "span_id").first()
-        traceparent = f"00-{row['trace_id']}-{row['span_id']}-01" if row else None
-    transaction.on_commit(
-        lambda: invocation_execute_task.apply_async(
-            (str(invocation_id),), countdown=max(0.0, countdown) or None,
-            headers={"traceparent": traceparent} if traceparent else None,
-        )
-    )
-
-
-@shared_task(name="invocations.execute", acks_late=True, reject_on_worker_lost=True, ignore_result=True, bind=True)
+@shared_task(name=EXECUTE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True, bind=True)
 def invocation_execute_task(self, invocation_id: str) -> str:
     """Claim the next attempt and run it; a duplicate or early delivery exits quietly."""
     context = parse_traceparent(getattr(self.request, "traceparent", None) or (self.request.headers or {}).get("traceparent"))
@@ -59,8 +37,6 @@ def invocation_execute_task(self, invocation_id: str) -> str:
 
 
 def _execute(invocation_id: str) -> str:
-    from .execution import attempt_timeout, claim_or_inspect, execution_run, open_attempt, recover_abandoned
-
     # Claim first: the usual delivery finds a ready invocation and needs no other read. Only
     # an EXECUTING one can hold an open attempt (a due retry has closed its last one).
     invocation, attempt = claim_or_inspect(invocation_id)
@@ -86,8 +62,6 @@ def _execute(invocation_id: str) -> str:
 @shared_task(name="invocations.enqueue_due", ignore_result=True)
 def executions_enqueue_due_task() -> int:
     """Periodic: re-enqueue retries that are due, and recover attempts whose worker died."""
-    from .execution import recover_abandoned, stale_open_attempts
-
     for attempt in stale_open_attempts():
         recover_abandoned(invocation=attempt.invocation, attempt=attempt)
     now = timezone.now()
@@ -97,15 +71,13 @@ def executions_enqueue_due_task() -> int:
     lost = Invocation.objects.filter(state=State.PREPARED, updated_at__lte=now - timedelta(minutes=1)).values_list("pk", flat=True)
     ids = list(due[:500]) + list(lost[:100])
     for pk in ids:
-        invocation_execute_task.delay(str(pk))
+        execution_send(pk)
     return len(ids)
 
 
 @shared_task(name="invocations.reconcile", ignore_result=True)
 def invocations_reconcile_task() -> int:
     """Periodic: look up OUTCOME_UNKNOWN write_idempotent calls whose reconciliation is due."""
-    from .execution import reconcile
-
     due = Invocation.objects.filter(
         state=State.OUTCOME_UNKNOWN, tool_spec__side_effect_class="write_idempotent", next_attempt_at__lte=timezone.now()
     ).select_related("tool_spec")[:100]

@@ -65,7 +65,7 @@ def _fresh_process_caches():
     clear_validator_cache()
     spec_selectors._CAPABILITIES.clear()
     try:
-        from invocations_app.services import _visible_set
+        from invocations_app.admission import _visible_set
     except ImportError:
         return
     _visible_set.cache_clear()

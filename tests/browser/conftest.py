@@ -19,7 +19,8 @@ import pytest
 from django.contrib.auth.models import User
 
 from invocations_app.models import Invocation
-from invocations_app.services import model_call_create, proposal_admit, run_create
+from invocations_app.admission import proposal_admit
+from invocations_app.runs import model_call_create, run_create
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import Subject, ToolSpec
 from specs_app.services import toolspec_publish

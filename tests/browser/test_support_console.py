@@ -11,7 +11,8 @@ from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Event, ToolMessage
-from invocations_app.services import event_append, model_call_create, run_finish
+from invocations_app.runs import model_call_create, run_finish
+from invocations_app.transitions import event_append
 from tests.browser.conftest import CALENDAR_ARGS, PASSWORD, make_staff
 from tests.conftest import REPO_ROOT
 from tests.invocations.test_support_console import (

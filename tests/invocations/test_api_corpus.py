@@ -11,7 +11,7 @@ import base64
 
 import pytest
 
-from invocations_app import services
+from invocations_app import runs
 from invocations_app.models import Proposal
 from tests.conftest import CORPORA, require_corpus
 from toolops.runtime.parser import ParseRejected, parse_strict
@@ -33,10 +33,10 @@ def post_file(agent, weather):
     corpus = require_corpus("jsontestsuite") / "test_parsing"
     # Run and model call straight from the services (two fewer HTTP round trips per file);
     # the proposal itself goes through the API.
-    run = services.run_create(
+    run = runs.run_create(
         subject=agent.subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US", metadata={}, trace=None
     )
-    call_id = str(services.model_call_create(run=run, tool_refs=["weather.get_forecast@1"], fmt="openai", context=[]).pk)
+    call_id = str(runs.model_call_create(run=run, tool_refs=["weather.get_forecast@1"], fmt="openai", context=[]).pk)
 
     def post(name: str):
         raw = (corpus / name).read_bytes()

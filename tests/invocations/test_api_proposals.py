@@ -118,15 +118,15 @@ def test_it_gives_relative_and_explicit_dates_the_same_digest_under_the_same_clo
     from datetime import datetime
     from zoneinfo import ZoneInfo
 
-    from invocations_app import services
+    from invocations_app import admission, runs
     from tests.builders import make_subject
 
     subject = make_subject()
-    run = services.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US", metadata={}, trace=None)
-    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    run = runs.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US", metadata={}, trace=None)
+    call = runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
     clock = datetime(2026, 7, 19, 14, 0, tzinfo=ZoneInfo("Asia/Shanghai"))
     admitted = [
-        services.proposal_admit(model_call=call, subject=subject, proposal_id=f"p{i}", name="weather.get_forecast@1",
+        admission.proposal_admit(model_call=call, subject=subject, proposal_id=f"p{i}", name="weather.get_forecast@1",
                                 arguments_bytes=raw, now=clock)[0]
         for i, raw in enumerate([b'{"city":"Paris","date":"tomorrow"}', b'{"city":"Paris","date":"2026-07-20"}',
                                  b'{"city":"Paris","date":"2026-07-21"}'])

@@ -4,9 +4,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 
-from invocations_app.confirmations import (
-    StaleDigest, confirmation_approve_with_edits, confirmation_preview_edit,
-)
+from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
+from invocations_app.confirmations import StaleDigest
 from invocations_app.models import Confirmation
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec

@@ -22,12 +22,10 @@ from django.db import connection
 from django.utils import timezone
 
 from invocations_app import audit as audit_mod
-from invocations_app import services
+from invocations_app import admission, cancellation, runs
 from invocations_app.audit import KINDS, Violation, audit, parse_since
-from invocations_app.confirmations import (
-    confirmation_approve, confirmation_approve_with_edits, confirmation_deny, confirmation_expire,
-    confirmation_preview_edit,
-)
+from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
+from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmation_expire
 from invocations_app.execution import execution_claim, execution_run, reconcile
 from invocations_app.models import Confirmation, Event, Invocation, Proposal
 from specs_app.models import ToolSpec
@@ -111,16 +109,16 @@ class World:
 
     @staticmethod
     def _call(subject, refs):
-        run = services.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US",
+        run = runs.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US",
                                   metadata={}, trace=None)
-        return services.model_call_create(run=run, tool_refs=refs, fmt="openai", context=[])
+        return runs.model_call_create(run=run, tool_refs=refs, fmt="openai", context=[])
 
     def propose(self, name: str, arguments, *, stranger: bool = False, key: str | None = None, expect_new: bool = True):
         self._n += 1
         raw = arguments if isinstance(arguments, bytes) else (
             arguments.encode() if isinstance(arguments, str) else json.dumps(arguments).encode()
         )
-        inv, created = services.proposal_admit(
+        inv, created = admission.proposal_admit(
             model_call=self.stranger_call if stranger else self.call, subject=self.stranger if stranger else self.subject,
             proposal_id=f"call_{self._n}", name=name, arguments_bytes=raw, idempotency_key=key,
         )
@@ -174,14 +172,14 @@ def build_mixed_workload(world: World) -> dict[str, Invocation]:
     pending = w.pending(expired)
     assert confirmation_expire(confirmation=pending, now=pending.expires_at + timedelta(seconds=1))
     inv["write_expired"] = fresh(expired)
-    inv["write_cancelled"] = services.invocation_cancel(invocation=w.approve(w.write("Water the plants")), actor="test")
+    inv["write_cancelled"] = cancellation.invocation_cancel(invocation=w.approve(w.write("Water the plants")), actor="test")
     inv["write_failed"] = w.execute(w.approve(w.write("reject this one")))
     inv["write_unknown"] = w.execute(w.approve(w.write("lost in transit")))
     reconciled = w.execute(w.approve(w.write("lost then found")))
     assert reconcile(invocation=reconciled) == "committed"
     inv["write_reconciled"] = fresh(reconciled)
     retrying = w.execute(w.approve(w.write("flaky network")))
-    inv["write_retrying"] = services.invocation_cancel(invocation=retrying, actor="test", reason="changed my mind")
+    inv["write_retrying"] = cancellation.invocation_cancel(invocation=retrying, actor="test", reason="changed my mind")
     original = w.write("Dinner at 8")
     confirmation = w.pending(original)
     edited = {"calendar_id": "primary", "title": "Dinner at 9"}

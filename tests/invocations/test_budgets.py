@@ -6,7 +6,7 @@ import threading
 import pytest
 from django.db import connections
 
-from invocations_app import services
+from invocations_app import admission, runs
 from invocations_app.execution import execution_claim, execution_run
 from invocations_app.models import Invocation, Proposal, Run
 from specs_app.demo import DEMO_TOOLSPECS
@@ -23,16 +23,16 @@ def _run(*, budgets: dict):
     subject = make_subject()
     make_toolspec()
     make_grant(subject=subject)
-    run = services.run_create(subject=subject, budgets=budgets, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    run = runs.run_create(subject=subject, budgets=budgets, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
     return subject, run
 
 
 @pytest.mark.django_db
 def test_it_refuses_a_model_call_over_the_model_calls_budget():
     _, run = _run(budgets={"model_calls": 1})
-    services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
     with pytest.raises(BudgetExhausted):
-        services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+        runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
     run.refresh_from_db()
     assert (run.status, run.end_reason) == ("exhausted", "model_calls budget exhausted")
 
@@ -40,10 +40,10 @@ def test_it_refuses_a_model_call_over_the_model_calls_budget():
 @pytest.mark.django_db
 def test_it_records_a_proposal_refused_for_budget_and_ends_the_run():
     subject, run = _run(budgets={"tool_calls": 1})
-    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
-    services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    call = runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    admission.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
     with pytest.raises(BudgetExhausted):
-        services.proposal_admit(model_call=call, subject=subject, proposal_id="b", name="weather.get_forecast@1", arguments_bytes=ARGS)
+        admission.proposal_admit(model_call=call, subject=subject, proposal_id="b", name="weather.get_forecast@1", arguments_bytes=ARGS)
     refused = Proposal.objects.get(model_call=call, proposal_id="b")
     assert refused.refusal == "budget_exhausted" and bytes(refused.arguments_bytes) == ARGS
     run.refresh_from_db()
@@ -53,9 +53,9 @@ def test_it_records_a_proposal_refused_for_budget_and_ends_the_run():
 @pytest.mark.django_db
 def test_it_does_not_charge_a_replayed_proposal():
     subject, run = _run(budgets={"tool_calls": 1})
-    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
-    first, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
-    again, created = services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    call = runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    first, _ = admission.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    again, created = admission.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
     assert (again.pk, created) == (first.pk, False)
     assert Run.objects.get(pk=run.pk).tool_calls_used == 1
 
@@ -63,11 +63,11 @@ def test_it_does_not_charge_a_replayed_proposal():
 @pytest.mark.django_db
 def test_it_cancels_what_has_not_crossed_the_boundary_when_the_run_is_exhausted():
     subject, run = _run(budgets={"tool_calls": 1, "model_calls": 1})
-    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
-    inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    call = runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    inv, _ = admission.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
     assert inv.state == "AUTHORIZED"  # read-only, waiting for a worker
     with pytest.raises(BudgetExhausted):
-        services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+        runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
     inv.refresh_from_db()
     assert inv.state == "CANCELLED_BEFORE_COMMIT" and inv.error_code == "cancelled"
 
@@ -75,9 +75,9 @@ def test_it_cancels_what_has_not_crossed_the_boundary_when_the_run_is_exhausted(
 @pytest.mark.django_db
 def test_it_refuses_a_read_claimed_after_the_run_ended_and_records_it_as_never_sent():
     subject, run = _run(budgets={})
-    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
-    inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
-    services.run_finish(run=run, reason="the agent stopped")
+    call = runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    inv, _ = admission.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    runs.run_finish(run=run, reason="the agent stopped")
     invocation, attempt = execution_claim(invocation_id=inv.pk)
     assert attempt.sent_at is not None  # the claim counts a read as sent …
     execution_run(invocation=invocation, attempt=attempt)
@@ -92,14 +92,14 @@ def test_it_admits_exactly_the_remaining_tool_calls_under_a_race():
     """10 parallel proposals against 3 remaining tool calls → exactly 3 admitted (PostgreSQL)."""
     require_postgres()
     subject, run = _run(budgets={"tool_calls": 3})
-    call = services.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    call = runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
     barrier = threading.Barrier(10)
     outcomes: list[str] = []
 
     def post(i: int) -> None:
         try:
             barrier.wait(timeout=10)
-            services.proposal_admit(model_call=call, subject=subject, proposal_id=f"p{i}", name="weather.get_forecast@1", arguments_bytes=ARGS)
+            admission.proposal_admit(model_call=call, subject=subject, proposal_id=f"p{i}", name="weather.get_forecast@1", arguments_bytes=ARGS)
             outcomes.append("admitted")
         except BudgetExhausted:
             outcomes.append("refused")
@@ -125,9 +125,9 @@ def _observe_one_read(*, budgets: dict):
     subject = make_subject()
     spec = toolspec_publish(spec=ToolSpec.objects.create(**{**WEATHER, "version": 1}))
     make_grant(subject=subject)
-    run = services.run_create(subject=subject, budgets=budgets, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
-    call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
-    inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="r", name=spec.ref, arguments_bytes=ARGS)
+    run = runs.run_create(subject=subject, budgets=budgets, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    call = runs.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    inv, _ = admission.proposal_admit(model_call=call, subject=subject, proposal_id="r", name=spec.ref, arguments_bytes=ARGS)
     invocation, attempt = execution_claim(invocation_id=inv.pk)
     execution_run(invocation=invocation, attempt=attempt)
     inv.refresh_from_db()

@@ -9,7 +9,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from invocations_app import services
+from invocations_app import admission, runs
 from invocations_app.confirmations import (
     AlreadyDecided,
     StaleDigest,
@@ -54,15 +54,15 @@ class Session:
         self.spec = spec
         self.subject = make_subject()
         make_grant(subject=self.subject, capability="calendar.write", operation_class="create")
-        self.run = services.run_create(
+        self.run = runs.run_create(
             subject=self.subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None
         )
-        self.call = services.model_call_create(run=self.run, tool_refs=[spec.ref], fmt="openai", context=[])
+        self.call = runs.model_call_create(run=self.run, tool_refs=[spec.ref], fmt="openai", context=[])
         self._n = 0
 
     def propose(self, arguments: dict) -> Invocation:
         self._n += 1
-        inv, created = services.proposal_admit(
+        inv, created = admission.proposal_admit(
             model_call=self.call, subject=self.subject, proposal_id=f"call_{self._n}", name=self.spec.ref,
             arguments_bytes=json.dumps(arguments).encode(),
         )

@@ -18,7 +18,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from invocations_app import services
+from invocations_app import runs
 from invocations_app.authorization import invocation_authorize
 from invocations_app.counters import DatabaseCounter, RedisCounter
 from invocations_app.models import GrantUsage, Invocation, Proposal
@@ -81,8 +81,8 @@ class World:
     def __init__(self, spec):
         self.spec = spec
         self.subject = make_subject()
-        self.run = services.run_create(subject=self.subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
-        self.call = services.model_call_create(run=self.run, tool_refs=[spec.ref], fmt="openai", context=[])
+        self.run = runs.run_create(subject=self.subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+        self.call = runs.model_call_create(run=self.run, tool_refs=[spec.ref], fmt="openai", context=[])
 
     def validated(self, n: int, *, amount: int = AMOUNT) -> list[Invocation]:
         """``n`` invocations inserted straight in VALIDATED (an INSERT is not a guarded transition)."""
@@ -202,8 +202,8 @@ def test_it_does_not_count_a_run_limit_across_runs(counter):
     world.grant({"calls_per_run": 1})
     other_run = World.__new__(World)
     other_run.spec, other_run.subject = spec, world.subject
-    other_run.run = services.run_create(subject=world.subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
-    other_run.call = services.model_call_create(run=other_run.run, tool_refs=[spec.ref], fmt="openai", context=[])
+    other_run.run = runs.run_create(subject=world.subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    other_run.call = runs.model_call_create(run=other_run.run, tool_refs=[spec.ref], fmt="openai", context=[])
     assert invocation_authorize(invocation=world.validated(1)[0], counter=counter).state == State.PREPARED
     assert invocation_authorize(invocation=other_run.validated(1)[0], counter=counter).state == State.PREPARED
     assert invocation_authorize(invocation=world.validated(1)[0], counter=counter).state == State.AUTHORIZATION_REJECTED
@@ -372,17 +372,23 @@ def test_it_spends_no_unit_for_a_proposal_that_loses_the_insert_race(monkeypatch
     The interleaving is reproduced deterministically: the second post's replay check runs "before the
     first post's row exists" (patched to see nothing), so it reserves, then hits the unique constraint.
     """
-    from invocations_app import services as svc
+    from invocations_app import admission
 
     spec = spend_tool()
     world = World(spec)
     world.grant({"calls_per_run": 2})
     body = b'{"account": "acct_1", "amount_minor": 1}'
-    first, created = svc.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_1", name=spec.ref, arguments_bytes=body)
+    first, created = admission.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_1", name=spec.ref, arguments_bytes=body)
     assert created and first.state == State.PREPARED
-    monkeypatch.setattr(svc, "_raise_if_replayed", lambda *args, **kwargs: None)
-    again, created = svc.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_1", name=spec.ref, arguments_bytes=body)
+    real_replayed, checks = admission._replayed, []
+
+    def blind_first_check(*args):  # the race: the first look happens before the first row commits
+        checks.append(args)
+        return None if len(checks) == 1 else real_replayed(*args)
+
+    monkeypatch.setattr(admission, "_replayed", blind_first_check)
+    again, created = admission.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_1", name=spec.ref, arguments_bytes=body)
     assert not created and again.pk == first.pk
     monkeypatch.undo()
-    second, _ = svc.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_2", name=spec.ref, arguments_bytes=body)
+    second, _ = admission.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_2", name=spec.ref, arguments_bytes=body)
     assert second.state == State.PREPARED, second.authorization["reasons"]  # 2 real calls against calls_per_run=2

@@ -9,7 +9,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from invocations_app import services
+from invocations_app import admission, runs
 from invocations_app.execution import execution_claim, execution_run
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
@@ -64,10 +64,10 @@ def test_it_exports_proposal_invocation_and_attempt_spans_with_our_ids(receiver,
     spec = toolspec_publish(spec=ToolSpec.objects.create(**{**WEATHER, "version": 1}))
     make_grant(subject=subject)
     caller = parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-    run = services.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=caller)
-    call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    run = runs.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=caller)
+    call = runs.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
     with django_capture_on_commit_callbacks(execute=True):
-        inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="c1", name=spec.ref,
+        inv, _ = admission.proposal_admit(model_call=call, subject=subject, proposal_id="c1", name=spec.ref,
                                          arguments_bytes=b'{"city": "Oslo", "date": "2026-07-20"}', trace=caller)
     invocation, attempt = execution_claim(invocation_id=inv.pk)
     execution_run(invocation=invocation, attempt=attempt)

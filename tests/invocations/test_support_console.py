@@ -25,7 +25,8 @@ from invocations_app.models import Attempt, Confirmation, Event, IdempotencyReco
 from invocations_app.resolutions import (
     AlreadyResolved, SecondPersonRequired, resolution_confirm, resolution_mark_committed, resolution_mark_not_committed,
 )
-from invocations_app.services import invocation_transition, model_call_create, run_finish
+from invocations_app.runs import model_call_create, run_finish
+from invocations_app.transitions import invocation_transition
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import Subject, ToolSpec
 from specs_app.services import toolspec_publish
@@ -75,7 +76,7 @@ def make_unknown(subject: Subject, spec: ToolSpec, arguments: dict, *, approver=
     assert invocation.state == "AUTHORIZED", invocation.error_message
     confirmation = Confirmation.objects.get(invocation=invocation, state="pending")
     approver = approver or make_staff(f"approver-{new_span_id()[:6]}")
-    with mock.patch("invocations_app.tasks.enqueue_execution"):  # no worker here: nothing is queued
+    with mock.patch("invocations_app.dispatch.execution_send"):  # no worker here: nothing is queued
         confirmation_approve(confirmation=confirmation, user=approver, digest_seen=confirmation.digest, reason="expected")
     started = timezone.now() - timedelta(seconds=6)
     invocation_transition(invocation=invocation, src="PREPARED", dst="EXECUTING", kind="execution_started",
@@ -621,7 +622,8 @@ def test_it_shows_the_record_to_viewers_approvers_resolvers_and_superusers_only(
 
 
 def test_it_records_a_call_naming_no_visible_tool(finance, payments):
-    from invocations_app.services import proposal_admit, run_create
+    from invocations_app.admission import proposal_admit
+    from invocations_app.runs import run_create
 
     run = run_create(subject=finance, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
     call = model_call_create(run=run, tool_refs=[payments.ref], fmt="openai", context=[])

@@ -9,10 +9,10 @@ import pytest
 from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from invocations_app import services
+from invocations_app import admission, runs
 from invocations_app.execution import execution_claim, execution_run
 from invocations_app.models import Event, Invocation, ModelCall, Proposal, Run
-from invocations_app.services import TransitionConflict, event_append, invocation_transition
+from invocations_app.transitions import TransitionConflict, event_append, invocation_transition
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
@@ -158,9 +158,9 @@ def admitted_read() -> Invocation:
     subject = make_subject()
     spec = toolspec_publish(spec=ToolSpec.objects.create(**{**WEATHER, "version": 1}))
     make_grant(subject=subject)
-    run = services.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
-    call = services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
-    inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="c1", name=spec.ref,
+    run = runs.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    call = runs.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    inv, _ = admission.proposal_admit(model_call=call, subject=subject, proposal_id="c1", name=spec.ref,
                                      arguments_bytes=b'{"city": "Oslo", "date": "2026-07-20"}')
     assert inv.state == State.AUTHORIZED
     return inv

@@ -49,7 +49,7 @@ def approver(django_user_model):
 @pytest.fixture
 def in_process(monkeypatch):
     """Committed admissions would be handed to Celery: this test executes them itself instead."""
-    monkeypatch.setattr("invocations_app.tasks.enqueue_execution", lambda *args, **kwargs: None)
+    monkeypatch.setattr("invocations_app.dispatch.execution_send", lambda *args, **kwargs: None)
 
 
 def test_the_audit_finds_nothing_in_a_realistic_mixed_workload(approver, in_process):

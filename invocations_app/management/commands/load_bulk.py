@@ -47,7 +47,7 @@ from django.utils import timezone
 from invocations_app.models import (
     Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, Run,
 )
-from invocations_app.services import model_call_create, run_create
+from invocations_app.runs import model_call_create, run_create
 from specs_app.demo import DEMO_GRANTS, DEMO_TOOLSPECS
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec
 from specs_app.services import toolspec_publish

@@ -1,0 +1,68 @@
+"""Cancellation (SPEC §7): by the agent, and of a run's open calls when its budget is exhausted.
+
+Before the commit boundary a call ends CANCELLED_BEFORE_COMMIT and nothing is sent; while an
+attempt is in flight the request is recorded and honoured only if the outcome proves nothing
+was committed; after the boundary the effect stands.
+"""
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from toolops.errors import Conflict
+from toolops.runtime.states import CANCELLABLE, State
+
+from .models import Confirmation, Invocation, Run
+from .transitions import TransitionConflict, event_append, invocation_transition
+
+logger = logging.getLogger(__name__)
+
+
+def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -> Invocation:
+    """Cancel (SPEC §7). Before the commit boundary: CANCELLED_BEFORE_COMMIT, nothing is sent.
+    While an attempt is in flight: recorded, honoured only if the outcome proves nothing was
+    committed. After the boundary (or when it may have been crossed): ``Conflict`` — the effect
+    stands and only later steps stop."""
+    invocation.refresh_from_db()
+    if invocation.state == State.EXECUTING:
+        updated = Invocation.objects.filter(pk=invocation.pk, state=State.EXECUTING, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=timezone.now()
+        )
+        if updated:
+            event_append(invocation=invocation, kind="cancel_requested", data={"reason": reason}, actor=actor)
+        invocation.refresh_from_db()
+        return invocation
+    if State(invocation.state) not in CANCELLABLE:
+        raise Conflict(
+            f"invocation is {invocation.state}; it can no longer be cancelled (the effect, if any, stands)",
+            code="not_cancellable", extra={"state": invocation.state},
+        )
+    try:
+        with transaction.atomic():
+            invocation_transition(
+                invocation=invocation, src=invocation.state, dst=State.CANCELLED_BEFORE_COMMIT, kind="cancelled",
+                data={"reason": reason}, actor=actor,
+                fields={"error_code": "cancelled", "error_message": reason or "cancelled before the commit boundary"},
+            )
+            # A confirmation still waiting for a human has nothing left to decide.
+            Confirmation.objects.filter(invocation=invocation, state=Confirmation.Status.PENDING).update(
+                state=Confirmation.Status.CANCELLED, decided_at=timezone.now(), reason=reason or "call cancelled"
+            )
+    except TransitionConflict:
+        invocation.refresh_from_db()
+        raise Conflict(
+            f"invocation moved to {invocation.state} meanwhile", code="not_cancellable", extra={"state": invocation.state}
+        ) from None
+    return invocation
+
+
+def run_invocations_cancel(*, run: Run, reason: str) -> None:
+    """Cancel every call of an ended run that has not crossed its commit boundary (budget exhaustion)."""
+    pending = Invocation.objects.filter(run_id=run.pk, state__in=[s.value for s in CANCELLABLE] + [State.EXECUTING])
+    for invocation in pending:
+        try:
+            invocation_cancel(invocation=invocation, actor="runtime:budget", reason=f"run budget exhausted: {reason}")
+        except Conflict:  # it moved on (e.g. committed): the effect stands
+            logger.info("invocation %s not cancelled on exhaustion (state moved on)", invocation.pk)

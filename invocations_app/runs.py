@@ -1,0 +1,82 @@
+"""Writes for runs and model calls: open and end a run, record what one model request is shown."""
+from __future__ import annotations
+
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.db import transaction
+from django.utils import timezone
+
+from specs_app.models import Subject, ToolSpec
+from specs_app.selectors import toolspec_renderable, toolspecs_visible_to_subject
+from toolops.errors import ApplicationError, Conflict, UnknownTool
+from toolops.runtime.rendering import FORMATS, render_tool
+from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
+
+from .budgets import budget_take
+from .models import ModelCall, ModelCallTool, Run
+
+
+def run_create(*, subject: Subject, budgets: dict, timezone_name: str, locale: str, metadata: dict, trace: TraceContext | None) -> Run:
+    """Open a Run for ``subject``; its trace continues the caller's or starts a new one."""
+    try:
+        ZoneInfo(timezone_name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ApplicationError(f"unknown IANA timezone {timezone_name!r}", code="invalid_timezone") from None
+    return Run.objects.create(
+        tenant_id=subject.tenant_id, subject=subject, budgets=budgets, timezone=timezone_name, locale=locale,
+        metadata=metadata, trace_id=trace.trace_id if trace else new_trace_id(),
+    )
+
+
+def run_finish(*, run: Run, reason: str = "finished by the agent runtime") -> Run:
+    """End an active run (idempotent for an already-ended run)."""
+    Run.objects.filter(pk=run.pk, status=Run.Status.ACTIVE).update(
+        status=Run.Status.FINISHED, ended_at=timezone.now(), end_reason=reason
+    )
+    run.refresh_from_db()
+    return run
+
+
+def run_require_active(run: Run) -> None:
+    if run.status != Run.Status.ACTIVE:
+        raise Conflict(f"run {run.pk} has ended ({run.status}: {run.end_reason})", code="run_ended")
+
+
+def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, context: list[str]) -> ModelCall:
+    """Record one model request with the exact tool versions it is shown, rendered in ``fmt``.
+
+    Without ``tool_refs`` the model sees the newest published version of every tool visible
+    to the run's subject. An unknown or unpublished reference is refused (``unknown_tool``).
+    """
+    if fmt not in FORMATS:
+        raise ApplicationError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
+    run_require_active(run)
+    specs = _resolve_tool_refs(run.subject, tool_refs)
+    budget_take(run=run, key="model_calls")
+    with transaction.atomic():
+        call = ModelCall.objects.create(run=run, format=fmt, context=[str(c) for c in context], span_id=new_span_id())
+        ModelCallTool.objects.bulk_create(
+            ModelCallTool(
+                model_call=call, tool_spec=spec, model_facing_name=spec.model_facing_name, tool_ref=spec.ref,
+                rendered=render_tool(toolspec_renderable(spec), fmt),
+            )
+            for spec in specs
+        )
+    return call
+
+
+def _resolve_tool_refs(subject: Subject, tool_refs: list[str] | None) -> list[ToolSpec]:
+    visible = toolspecs_visible_to_subject(subject=subject)
+    if tool_refs is None:
+        newest: dict[str, ToolSpec] = {}
+        for spec in visible:
+            if spec.name not in newest or spec.version > newest[spec.name].version:
+                newest[spec.name] = spec
+        return sorted(newest.values(), key=lambda s: s.name)
+    by_ref = {spec.ref: spec for spec in visible}
+    missing = [ref for ref in tool_refs if ref not in by_ref]
+    if missing:
+        raise UnknownTool(f"not published or not visible: {', '.join(missing)}", extra={"unknown": missing})
+    if len(set(tool_refs)) != len(tool_refs):
+        raise ApplicationError("a tool is listed twice", code="duplicate_tool")
+    return [by_ref[ref] for ref in tool_refs]

@@ -1,0 +1,124 @@
+"""The transitions kernel: every state change of an invocation, and every event, goes through here.
+
+``invocation_transition`` checks the edge against the table, then — in one transaction — runs a
+conditional ``UPDATE … WHERE id = ? AND state = src`` that also bumps ``event_seq``, and inserts
+the event carrying that seq. Zero rows changed means another writer moved the invocation first:
+``TransitionConflict``, never an overwrite. A database trigger generated from the same table
+(``toolops.db_guards``) refuses any other edge, whoever writes.
+
+This module imports nothing of this app but its models: every other service builds on it.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models import Model
+from django.utils import timezone
+
+from toolops.db_batch import execute_one, insert_returning_keys, insert_rows, set_clause
+from toolops.errors import Conflict
+from toolops.runtime.states import TransitionNotAllowed, is_allowed
+
+from .models import Event, Invocation
+
+
+class TransitionConflict(Conflict):
+    code = "transition_conflict"
+
+
+def invocation_transition(
+    *,
+    invocation: Invocation,
+    src: str,
+    dst: str,
+    kind: str,
+    data: dict | None = None,
+    actor: str = "system",
+    fields: dict[str, Any] | None = None,
+    span_id: str | None = None,
+    then: Sequence[dict] = (),
+    rows: Sequence[Sequence[Model]] = (),
+    statements: Sequence[tuple[str, list]] = (),
+) -> Event:
+    """Move ``invocation`` from ``src`` to ``dst`` and append its event, atomically.
+
+    ``fields`` are further columns written by the same UPDATE (so they change only if the
+    state does). ``then`` are events that follow at ``dst`` (dicts with ``kind``, ``data`` and
+    optionally ``span_id``): the same UPDATE reserves their seqs and one INSERT writes them with
+    the transition's. ``rows`` (groups of unsaved instances) and ``statements`` (``(sql,
+    params)`` needing no answer) are written only if the transition happens, in the events'
+    round trip (``toolops.db_batch``; event keys are not read back). Raises
+    ``TransitionNotAllowed`` for an edge outside SPEC §2 and ``TransitionConflict`` when the
+    invocation is no longer in ``src``.
+    """
+    if not is_allowed(src, dst):
+        raise TransitionNotAllowed(src, dst)
+    fields = dict(fields or {})
+    fields["state"] = dst
+    fields["updated_at"] = timezone.now()
+    # No savepoint: the UPDATE and the events commit with the caller's transaction (or alone).
+    # A lost race writes nothing, so the conflict is raised *after* the block and leaves the
+    # caller's transaction usable; savepoints here cost two round trips per transition.
+    with transaction.atomic(savepoint=False):
+        row = _update_returning_seq(invocation.pk, fields, src=src, by=1 + len(then))
+        if row is not None:
+            first = row[0] - len(then)
+            events = [Event(
+                invocation_id=invocation.pk, seq=first, from_state=src, to_state=dst, kind=kind, data=data or {},
+                actor=actor, trace_id=invocation.trace_id, span_id=span_id or invocation.span_id,
+            )] + [Event(
+                invocation_id=invocation.pk, seq=first + n, from_state=dst, to_state=dst, kind=extra["kind"],
+                data=extra.get("data") or {}, actor=actor, trace_id=invocation.trace_id,
+                span_id=extra.get("span_id") or invocation.span_id,
+            ) for n, extra in enumerate(then, start=1)]
+            insert_rows(events, *rows, then=statements)
+    if row is None:
+        raise TransitionConflict(f"invocation {invocation.pk} is no longer {src}", extra={"expected_state": src})
+    for name, value in fields.items():
+        setattr(invocation, name, value)
+    invocation.event_seq = row[0]
+    return events[0]
+
+
+def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None, by: int = 1) -> tuple[int, str] | None:
+    """``UPDATE … SET …, event_seq = event_seq + by WHERE id = pk [AND state = src] RETURNING event_seq, state``.
+
+    Raw SQL because the ORM's ``update()`` cannot return the bumped counter, and reading it
+    back would cost a second round trip on the hottest path. Values are prepared by each
+    field so JSON, UUID and datetime columns are written exactly as the ORM would.
+    """
+    meta = Invocation._meta
+    conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: each access through the proxy costs µs
+    quote = conn.ops.quote_name
+    assignments, params = set_clause(Invocation, fields, conn)
+    seq_col = quote("event_seq")
+    assignments.append(f"{seq_col} = {seq_col} + {int(by)}")
+    sql = (
+        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {quote(meta.pk.column)} = %s"
+        + (f" AND {quote('state')} = %s" if src is not None else "")
+        + f" RETURNING {seq_col}, {quote('state')}"
+    )
+    params.append(meta.pk.get_db_prep_value(pk, conn))
+    if src is not None:
+        params.append(src)
+    rows = execute_one(sql, params)
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def event_append(*, invocation: Invocation, kind: str, data: dict | None = None, actor: str = "system", span_id: str | None = None) -> Event:
+    """Append a non-transition event (a decision, an attempt detail) with the next seq.
+
+    The seq bump is the row lock: one UPDATE … RETURNING instead of SELECT … FOR UPDATE + UPDATE.
+    """
+    with transaction.atomic(savepoint=False):  # nothing to undo on its own: no savepoint round trips
+        row = _update_returning_seq(invocation.pk, {})
+        if row is None:
+            raise Invocation.DoesNotExist(f"invocation {invocation.pk} does not exist")
+        seq, state = row
+        event = Event(
+            invocation_id=invocation.pk, seq=seq, from_state=state, to_state=state, kind=kind,
+            data=data or {}, actor=actor, trace_id=invocation.trace_id, span_id=span_id or invocation.span_id,
+        )
+        insert_returning_keys([event])
+    return event
