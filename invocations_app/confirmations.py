@@ -7,7 +7,6 @@ different digest is refused before anything changes.
 """
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import datetime
 
@@ -30,18 +29,6 @@ class AlreadyDecided(Conflict):
     code = "already_decided"
 
 
-def render_arguments(arguments) -> str:
-    """What the approver reads: one ``field: value`` line per top-level argument."""
-    if not isinstance(arguments, dict):
-        return json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True)
-    lines = []
-    for key in sorted(arguments):
-        value = arguments[key]
-        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
-        lines.append(f"{key}: {shown}")
-    return "\n".join(lines)
-
-
 def confirmation_row_create(*, invocation: Invocation, expires_at, confirmation_id=None) -> Confirmation:
     """Save the pending confirmation of an invocation (caller's transaction)."""
     confirmation = confirmation_row(invocation=invocation, expires_at=expires_at, confirmation_id=confirmation_id)
@@ -54,7 +41,7 @@ def confirmation_row(*, invocation: Invocation, expires_at, confirmation_id=None
     return Confirmation(
         id=confirmation_id or uuid.uuid4(), invocation=invocation, tool_spec_id=invocation.tool_spec_id, tenant_id=invocation.tenant_id,
         subject_id=invocation.subject_id, run_id=invocation.run_id, digest=invocation.digest,
-        arguments=invocation.normalized_arguments, rendering=render_arguments(invocation.normalized_arguments),
+        arguments=invocation.normalized_arguments,
         expires_at=expires_at,
     )
 

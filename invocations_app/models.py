@@ -252,7 +252,6 @@ class Confirmation(models.Model):
     state = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     digest = models.CharField(max_length=64)
     arguments = models.JSONField()  # the normalized arguments the digest stands for
-    rendering = models.TextField()  # what the approver reads
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")

@@ -248,18 +248,6 @@ def resolution_lookup(*, invocation: Invocation, user, reason: str) -> LookupOut
     return found
 
 
-def lookup_answer_text(committed: bool | None, detail: dict | None, external_resource_id: str | None = None) -> str:
-    """How the console states a lookup's answer."""
-    if committed is True:
-        return f"committed — the tool has it{f' as {external_resource_id}' if external_resource_id else ''}"
-    if committed is False:
-        return "not committed — the tool proves it never took effect"
-    why = (detail or {}).get("reason") or (detail or {}).get("error") or (
-        f"HTTP {(detail or {})['status']}" if (detail or {}).get("status") else "no answer"
-    )
-    return f"unknown — {why}"
-
-
 # --- mark committed / not committed -----------------------------------------------------------
 
 def resolution_mark_committed(*, invocation: Invocation, user, external_resource_id: str, evidence: str, reason: str) -> Resolution:

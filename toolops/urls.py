@@ -6,8 +6,6 @@ urlpatterns = [
     path("api/v1/", include("toolops.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
-    path("console/confirmations/", include("invocations_app.console")),
-    path("console/", include("invocations_app.console_support")),  # unknown outcomes + the record of a call
-    path("console/", include("invocations_app.dashboard")),  # operations dashboard (console home)
+    path("console/", include("invocations_app.console.urls")),  # staff pages: invocations_app/console/
     path("", admin.site.urls),
 ]

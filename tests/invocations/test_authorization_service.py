@@ -13,6 +13,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from invocations_app.console.formatting import render_arguments
 from invocations_app.models import Confirmation, Invocation
 from specs_app.demo import DEMO_TOOLSPECS
 from tests.builders import DIALECT, Agent, make_capability, make_grant, make_subject, make_tenant, make_token, make_toolspec
@@ -300,7 +301,7 @@ def test_it_holds_a_write_call_for_confirmation_when_the_tool_requires_one():
     assert confirmation.state == "pending"
     assert confirmation.digest == inv["digest"] == Invocation.objects.get(pk=inv["id"]).digest
     assert confirmation.arguments == inv["normalized_arguments"]
-    assert confirmation.rendering.splitlines() == ["calendar_id: primary", "title: Bring passport"]
+    assert render_arguments(confirmation.arguments).splitlines() == ["calendar_id: primary", "title: Bring passport"]
     assert before + timedelta(seconds=55) <= confirmation.expires_at <= timezone.now() + timedelta(seconds=60)
     assert inv["confirmation"]["state"] == "pending" and inv["confirmation"]["digest"] == inv["digest"]
     events = agent.get(f"/api/v1/invocations/{inv['id']}/events").json()
@@ -318,7 +319,7 @@ def test_it_renders_the_normalized_not_the_raw_arguments_for_the_approver():
         {"calendar_id": "  Primary ", "title": "Passport", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}
     ))
     assert inv["state"] == "AUTHORIZED"
-    rendering = Confirmation.objects.get(invocation_id=inv["id"]).rendering
+    rendering = render_arguments(Confirmation.objects.get(invocation_id=inv["id"]).arguments)
     assert "calendar_id: primary" in rendering.splitlines()
     assert "Primary" not in rendering
     assert "duration_minutes: 10" in rendering.splitlines()

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Permission
 from django.core.cache import cache
 from django.utils import timezone
 
-from invocations_app import dashboard
+from invocations_app.console import dashboard
 from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall, Proposal, Run
 from specs_app.models import ToolSpec
 from tests.browser.conftest import make_demo_spec
@@ -93,7 +93,7 @@ class World:
     def pending_confirmation(self, inv: Invocation, *, ago: timedelta) -> Confirmation:
         confirmation = Confirmation.objects.create(
             invocation=inv, tool_spec=inv.tool_spec, tenant=self.tenant, subject=self.subject, run=self.run, digest="d" * 64,
-            arguments={}, rendering="", expires_at=self.now + timedelta(minutes=15),
+            arguments={}, expires_at=self.now + timedelta(minutes=15),
         )
         Confirmation.objects.filter(pk=confirmation.pk).update(created_at=self.now - ago)
         return confirmation

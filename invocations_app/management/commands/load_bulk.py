@@ -437,7 +437,7 @@ class _BatchWriter:
     EVENT_COLS = ("invocation_id", "seq", "at", "from_state", "to_state", "kind", "data", "actor", "trace_id", "span_id")
     ATTEMPT_COLS = ("invocation_id", "number", "span_id", "worker", "started_at", "sent_at", "ended_at", "commit", "failure_class",
                     "outcome", "decision")
-    CONF_COLS = ("id", "invocation_id", "tool_spec_id", "tenant_id", "subject_id", "run_id", "state", "digest", "arguments", "rendering",
+    CONF_COLS = ("id", "invocation_id", "tool_spec_id", "tenant_id", "subject_id", "run_id", "state", "digest", "arguments",
                  "created_at", "expires_at", "decided_by_id", "decided_at", "reason", "replacement_id")
 
     def __init__(self, gen: Generator, template_tools, out):
@@ -534,10 +534,9 @@ class _BatchWriter:
                                          commit, failure, J(out), J(decision)))
             if p.confirmation:
                 cstate, req_ms, dec_ms, reason = p.confirmation
-                rendering = "\n".join(f"{k}: {v if isinstance(v, str) else J(v)}" for k, v in sorted(args.items()))
                 expires = gen.pending_until if cstate == "pending" else at(req_ms) + timedelta(seconds=900)
                 rows["confirmations"].append((
-                    conf_id, inv_id, tool.pk, gen.tenant.pk, gen.subject.pk, run_id, cstate, digest, J(args), rendering,
+                    conf_id, inv_id, tool.pk, gen.tenant.pk, gen.subject.pk, run_id, cstate, digest, J(args),
                     at(req_ms), expires, gen.ops_user_id if cstate in ("approved", "denied") else None,
                     at(dec_ms) if dec_ms is not None else None, reason, None,
                 ))

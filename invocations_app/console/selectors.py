@@ -1,32 +1,117 @@
-"""Reads for the support console: the unknown-outcome queue and the record of one call (SPEC §12).
+"""Reads for the staff console: the confirmation queue, the unknown-outcome queue, the record of one call.
 
-The queue is scoped like the confirmation queue, by django-guardian's ``resolve_toolspec`` on the
-ToolSpec (model-wide grants of the permission cover every version; superusers see all). The
-record page reads one invocation and everything that answers the eight questions of SPEC §12 in
-a fixed number of queries, whatever the number of attempts, events or messages.
+Scope is django-guardian's object permissions on the ToolSpec: an approver sees and decides only
+confirmations of ToolSpecs they hold ``specs_app.approve_toolspec`` on, a resolver only unknown
+outcomes of ToolSpecs they hold ``specs_app.resolve_toolspec`` on (a model-wide grant of the
+permission covers every version; superusers see all). Listing and deciding use the same scope,
+so a row a queue does not show cannot be decided by posting the form directly. The record page
+reads one invocation and everything that answers the eight questions of SPEC §12 in a fixed
+number of queries, whatever the number of attempts, events or messages. Nothing here writes.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
 from django.db import connection
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Min, Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
-from django.utils import timezone
+from guardian.shortcuts import get_objects_for_user
 
 from specs_app.models import Grant, Tenant, ToolSpec
 from toolops.runtime.states import State
 
-from .models import Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, ToolMessage
-from .resolutions import HISTORY_KINDS, PendingResolution, can_resolve, pending_resolution, resolvable_toolspecs
-from .selectors_console import approvable_toolspecs
+from ..confirmations import confirmations_expire_due
+from ..models import Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, ToolMessage
+from ..resolutions import HISTORY_KINDS, PendingResolution, can_resolve, pending_resolution, resolvable_toolspecs
+from .formatting import Bytes
 
+APPROVE_PERMISSION = "specs_app.approve_toolspec"
 VIEW_INVOCATION_PERMISSION = "invocations_app.view_invocation"
-HEX_SHOWN_BYTES = 4096
+DECIDED_SHOWN = 20
+PENDING_SHOWN = 50
+
+
+# --- the confirmation queue ----------------------------------------------------------------
+
+def approvable_toolspecs(*, user) -> QuerySet[ToolSpec]:
+    """ToolSpec versions whose confirmations ``user`` may see and decide."""
+    if not (user.is_authenticated and user.is_active):  # guardian has no anonymous user here
+        return ToolSpec.objects.none()
+    return get_objects_for_user(user, APPROVE_PERMISSION, klass=ToolSpec)
+
+
+def confirmations_visible_to(*, user) -> QuerySet[Confirmation]:
+    qs = Confirmation.objects.all()
+    if not (user.is_active and user.is_superuser):
+        qs = qs.filter(tool_spec__in=approvable_toolspecs(user=user))
+    return qs
+
+
+def _filtered(qs: QuerySet[Confirmation], *, tool: int | None, tenant: str | None) -> QuerySet[Confirmation]:
+    if tool is not None:
+        qs = qs.filter(tool_spec_id=tool)
+    if tenant:
+        qs = qs.filter(tenant__slug=tenant)
+    return qs
+
+
+@dataclass(frozen=True)
+class ConfirmationQueue:
+    pending: list[Confirmation]
+    decided: list[Confirmation]
+    pending_total: int = 0
+    next_expiry: object = None
+
+
+def confirmation_queue_list(*, user, tool: int | None = None, tenant: str | None = None) -> ConfirmationQueue:
+    """Pending confirmations oldest first, then the most recently decided ones.
+
+    Due confirmations are expired first, so the queue never offers a decision the service
+    would refuse as expired (the beat task does the same on a timer).
+    """
+    confirmations_expire_due()
+    qs = _filtered(confirmations_visible_to(user=user), tool=tool, tenant=tenant).select_related(
+        "tool_spec", "tenant", "subject", "run", "invocation", "decided_by"
+    )
+    # Index invocations_conf_queue (state, created_at) / invocations_conf_tool with a tool filter.
+    pending_qs = qs.filter(state=Confirmation.Status.PENDING)
+    # A page of the oldest, plus the total and next expiry from the index, never all of them.
+    pending = list(pending_qs.order_by("created_at")[:PENDING_SHOWN])
+    totals = pending_qs.aggregate(n=Count("pk"), next_expiry=Min("expires_at"))
+    decided = list(qs.exclude(state=Confirmation.Status.PENDING).order_by("-decided_at", "-created_at")[:DECIDED_SHOWN])
+    return ConfirmationQueue(pending=pending, decided=decided, pending_total=totals["n"], next_expiry=totals["next_expiry"])
+
+
+def confirmation_pending_count(*, user, tool: int | None = None, tenant: str | None = None) -> int:
+    """How many confirmations ``user`` could decide right now (the live badge)."""
+    confirmations_expire_due()
+    qs = _filtered(confirmations_visible_to(user=user), tool=tool, tenant=tenant)
+    return qs.filter(state=Confirmation.Status.PENDING).count()
+
+
+def confirmation_get_for_user(*, user, pk) -> Confirmation:
+    """One confirmation ``user`` may see and decide: 404 if it does not exist, 403 if out of scope."""
+    confirmation = get_object_or_404(
+        Confirmation.objects.select_related("tool_spec", "tenant", "subject", "run", "invocation", "decided_by"), pk=pk
+    )
+    if not (user.is_active and user.is_superuser) and not approvable_toolspecs(user=user).filter(pk=confirmation.tool_spec_id).exists():
+        raise PermissionDenied("you may not decide confirmations of this tool")
+    return confirmation
+
+
+def confirmation_detail_events(*, confirmation: Confirmation) -> list[Event]:
+    """The invocation's event timeline, for the detail page."""
+    return list(Event.objects.filter(invocation_id=confirmation.invocation_id).order_by("seq"))
+
+
+def console_filter_choices(*, user) -> tuple[list[ToolSpec], list[Tenant]]:
+    """Tools and tenants for the filter selects, limited to what ``user`` can already see."""
+    visible = confirmations_visible_to(user=user)
+    tools = list(ToolSpec.objects.filter(pk__in=visible.values("tool_spec")).order_by("name", "version"))
+    tenants = list(Tenant.objects.filter(pk__in=visible.values("tenant")).order_by("slug"))
+    return tools, tenants
 
 
 # --- the unknown-outcome queue ---------------------------------------------------------------
@@ -131,33 +216,6 @@ def record_get_for_user(*, user, pk) -> Invocation:
     return inv
 
 
-@dataclass(frozen=True)
-class Bytes:
-    """Bytes shown three ways: escaped text (invalid UTF-8 as \\x..), hex, and their SHA-256."""
-
-    raw: bytes
-
-    @property
-    def length(self) -> int:
-        return len(self.raw)
-
-    @property
-    def text(self) -> str:
-        return self.raw.decode("utf-8", "backslashreplace")
-
-    @property
-    def hex(self) -> str:
-        return self.raw[:HEX_SHOWN_BYTES].hex(" ")
-
-    @property
-    def hex_truncated(self) -> bool:
-        return len(self.raw) > HEX_SHOWN_BYTES
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.raw).hexdigest()
-
-
 @dataclass
 class Message:
     format: str
@@ -254,29 +312,3 @@ def model_calls_including(*, invocation: Invocation) -> list[ModelCall]:
         return list(qs.filter(context__contains=[needle]))
     return [call for call in qs.only("id", "run_id", "format", "context", "span_id", "created_at")
             if needle in [str(c) for c in (call.context or [])]]
-
-
-def pretty(value) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def age(since: datetime | None, now: datetime | None = None) -> str:
-    """``3 h 05 min`` / ``12 min`` / ``40 s``: how long ago ``since`` was."""
-    if since is None:
-        return ""
-    seconds = max(0, int(((now or timezone.now()) - since).total_seconds()))
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    return f"{minutes} min" if minutes else f"{seconds} s"
-
-
-__all__ = [
-    "CallRecord", "age", "invocation_record", "model_calls_including", "pretty", "record_get_for_user",
-    "record_visible_to", "unknown_filter_choices", "unknown_outcome_count", "unknown_outcome_get_for_user",
-    "unknown_outcome_queue_list",
-]

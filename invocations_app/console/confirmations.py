@@ -1,13 +1,12 @@
 """The confirmation console: queue, detail page, approve/deny, and a live pending count.
 
-Thin views: scope and read through ``selectors_console``, decide through the services in
-``confirmations``. Every view runs inside ``admin.site.admin_view`` (active staff login, CSRF
+Thin views: scope and read through ``console.selectors``, decide through the domain services in
+``invocations_app.confirmations``. Every view runs inside ``admin.site.admin_view`` (active staff login, CSRF
 protection, never cached); which confirmations a user sees and may decide is django-guardian's
 ``approve_toolspec`` on the ToolSpec, checked again on every POST (403, nothing changes).
 """
 from __future__ import annotations
 
-import json
 from datetime import datetime
 
 from django.contrib import admin, messages
@@ -21,14 +20,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from toolops.errors import ApplicationError
 
-from .confirmations import AlreadyDecided, StaleDigest, confirmation_approve, confirmation_deny
-from .models import Confirmation
-from .selectors_console import (
+from ..confirmations import AlreadyDecided, StaleDigest, confirmation_approve, confirmation_deny
+from ..models import Confirmation
+from .formatting import pretty, render_arguments, time_left
+from .selectors import (
     confirmation_detail_events, confirmation_get_for_user, confirmation_pending_count, confirmation_queue_list,
     console_filter_choices,
 )
-
-app_name = "confirmations"
 
 
 def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
@@ -37,20 +35,11 @@ def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
     return (int(raw_tool) if raw_tool.isdigit() else None), (request.GET.get("tenant") or None)
 
 
-def time_left(expires_at: datetime, now: datetime) -> str:
-    """``14 min 05 s`` / ``expired``: the countdown text the page starts from."""
-    seconds = int((expires_at - now).total_seconds())
-    if seconds <= 0:
-        return "expired"
-    minutes, seconds = divmod(seconds, 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {seconds:02d} s"
-
-
 def _annotate(confirmations: list[Confirmation], now: datetime) -> list[Confirmation]:
     for c in confirmations:
         c.time_left = time_left(c.expires_at, now) if c.state == Confirmation.Status.PENDING else ""
         c.short_digest = c.digest[:12]
+        c.arguments_text = render_arguments(c.arguments)
     return confirmations
 
 
@@ -81,20 +70,16 @@ def detail_view(request: HttpRequest, pk) -> HttpResponse:
     _annotate([confirmation], timezone.now())
     events = confirmation_detail_events(confirmation=confirmation)
     for event in events:
-        event.data_json = _pretty(event.data)
+        event.data_json = pretty(event.data)
     context = {
         **admin.site.each_context(request),
         "title": f"Confirmation for {confirmation.tool_spec.ref}",
         "c": confirmation,
-        "arguments_json": _pretty(confirmation.arguments),
+        "arguments_json": pretty(confirmation.arguments),
         "events": events,
         "can_view_invocation": request.user.has_perm("invocations_app.view_invocation"),
     }
     return TemplateResponse(request, "admin/confirmations/detail.html", context)
-
-
-def _pretty(value) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 
 @require_GET

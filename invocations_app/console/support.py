@@ -1,14 +1,11 @@
-"""The support console: the unknown-outcome queue with its actions, and the record of one call.
+"""The support console: the unknown-outcome queue and its actions (SPEC §7).
 
-Thin views: reads through ``selectors_support``, decisions through ``resolutions``. Every view
-runs inside ``admin.site.admin_view`` (active staff login, CSRF, never cached). Who sees and acts
-on an unknown outcome is django-guardian's ``resolve_toolspec`` on the ToolSpec, checked again on
-every POST (403, nothing changes). The record page is open to superusers, to staff with the
-model permission ``invocations_app.view_invocation``, and to approvers/resolvers of the call's tool.
+Thin views: reads through ``console.selectors``, decisions through the domain's ``resolutions``.
+Every view runs inside ``admin.site.admin_view`` (active staff login, CSRF, never cached). Who sees
+and acts on an unknown outcome is django-guardian's ``resolve_toolspec`` on the ToolSpec, checked
+again on every POST (403, nothing changes).
 """
 from __future__ import annotations
-
-import json
 
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -22,71 +19,20 @@ from django.views.decorators.http import require_GET, require_POST
 from toolops.errors import ApplicationError
 from toolops.runtime.states import State
 
-from .models import Event, Invocation
-from .resolutions import (
-    ACTION_LABELS, AlreadyResolved, can_resolve, lookup_answer_text, resolution_confirm, resolution_lookup,
-    resolution_mark_committed, resolution_mark_not_committed, resolution_reject, resolution_resend,
+from ..models import Invocation
+from ..resolutions import (
+    AlreadyResolved, resolution_confirm, resolution_lookup, resolution_mark_committed, resolution_mark_not_committed,
+    resolution_reject, resolution_resend,
 )
-from .selectors_support import (
-    age, invocation_record, pretty, record_get_for_user, unknown_filter_choices, unknown_outcome_count,
-    unknown_outcome_get_for_user, unknown_outcome_queue_list,
-)
-from .confirmations import render_arguments
-
-app_name = "support"
-
-
-# --- presentation helpers --------------------------------------------------------------------
-
-def _who(actor: str) -> str:
-    return actor.removeprefix("user:") if actor else "system"
-
-
-def describe_event(event: Event) -> str:
-    """One line of reconciliation history, in words."""
-    d = event.data or {}
-    kind = event.kind
-    reason = f" — “{d['reason']}”" if d.get("reason") else ""
-    if kind == "outcome_unknown":
-        message = (d.get("error") or {}).get("message") or (d.get("error") or {}).get("code") or "no answer from the tool"
-        return f"became OUTCOME_UNKNOWN: {message}"
-    if kind == "attempt_abandoned":
-        return f"attempt {d.get('attempt')} abandoned by its worker" + (" after the request was sent" if d.get("sent") else "")
-    if kind == "reconciliation_lookup":
-        return "automatic look-up: " + lookup_answer_text(d.get("committed"), d.get("detail"), d.get("external_resource_id"))
-    if kind == "support_lookup":
-        return "look up now: " + lookup_answer_text(d.get("committed"), d.get("detail"), d.get("external_resource_id")) + reason
-    if kind == "support_resend":
-        return f"re-sent with the same key {d.get('idempotency_key', '')}{reason}"
-    label = ACTION_LABELS.get(d.get("action", ""), d.get("action", ""))
-    if kind == "resolution_proposed":
-        ext = f" ({d['external_resource_id']})" if d.get("external_resource_id") else ""
-        return f"proposed “{label}”{ext}, evidence: {d.get('evidence', '')}{reason} — awaiting a second person"
-    if kind == "resolution_confirmed":
-        return f"confirmed the proposal of {d.get('proposed_by', '?')} (#{d.get('proposal_seq')}){reason}"
-    if kind == "resolution_rejected":
-        return f"rejected the proposal of {d.get('proposed_by', '?')} (#{d.get('proposal_seq')}){reason}"
-    if kind == "resolution_applied":
-        ext = f" ({d['external_resource_id']})" if d.get("external_resource_id") else ""
-        return f"{label}{ext}, evidence: {d.get('evidence', '')}{reason}"
-    if kind == "resolved_committed":
-        tail = "" if d.get("run_live") else " (run ended: no tool message)"
-        return f"→ COMMITTED as {d.get('external_resource_id', '')}{tail}"
-    if kind == "resolved_not_committed":
-        tail = " with a tool message" if d.get("run_live") else " (run ended: no tool message)"
-        return f"→ FAILED_BEFORE_COMMIT{tail}"
-    return kind
-
-
-def _history(events: list[Event]) -> list[dict]:
-    return [{"seq": e.seq, "at": e.at, "who": _who(e.actor), "kind": e.kind, "text": describe_event(e)} for e in events]
+from .formatting import age, history_lines, lookup_answer_text, render_arguments
+from .selectors import unknown_filter_choices, unknown_outcome_count, unknown_outcome_get_for_user, unknown_outcome_queue_list
 
 
 def _annotate_row(inv: Invocation, now, user) -> Invocation:
     inv.arguments_text = render_arguments(inv.normalized_arguments)
     inv.age_text = age(inv.created_at, now)
     inv.unknown_for = age(inv.unknown_since, now)
-    inv.history_lines = _history(inv.history)
+    inv.history_lines = history_lines(inv.history)
     inv.last_error = inv.error_message or inv.error_code
     if inv.last_attempt is not None:
         inv.last_attempt.error = ((inv.last_attempt.outcome or {}).get("error") or {}) if isinstance(inv.last_attempt.outcome, dict) else {}
@@ -246,72 +192,6 @@ def resend_view(request: HttpRequest, pk) -> HttpResponse:
     return _back(request)
 
 
-# --- the record of one call ---------------------------------------------------------------------
-
-@require_GET
-def record_view(request: HttpRequest, pk) -> HttpResponse:
-    inv = record_get_for_user(user=request.user, pk=pk)
-    record = invocation_record(invocation=inv)
-    for event in record.events:
-        # One line per event: the timeline stays readable at a glance; the page wraps long lines.
-        event.data_json = json.dumps(event.data, ensure_ascii=False, sort_keys=True, default=str)
-        event.who = _who(event.actor)
-    for attempt in record.attempts:
-        attempt.duration_ms = (
-            round((attempt.ended_at - attempt.started_at).total_seconds() * 1000) if attempt.ended_at else None
-        )
-        attempt.wait_ms = round((attempt.sent_at - attempt.started_at).total_seconds() * 1000) if attempt.sent_at else None
-        attempt.outcome_json = pretty(attempt.outcome)
-        attempt.decision_json = pretty(attempt.decision) if attempt.decision else ""
-    for confirmation in record.confirmations:
-        confirmation.digest_matches = confirmation.digest == inv.digest
-    user = request.user
-    context = {
-        **admin.site.each_context(request),
-        "title": f"Record of {inv.tool_ref or inv.proposal.name}",
-        "inv": inv,
-        "r": record,
-        "rendered_json": pretty(record.seen_tool.rendered) if record.seen_tool else "",
-        "parsed_json": _pretty_text(inv.proposal.parsed_json),
-        "parser_json": pretty(inv.proposal.parser),
-        "validation_json": pretty(inv.validation),
-        "context_json": pretty(inv.normalization_context),
-        "trace_json": pretty(inv.normalization_trace),
-        "normalized_json": pretty(inv.normalized_arguments),
-        "authorization_json": pretty(inv.authorization),
-        "result_json": pretty(inv.result_value) if inv.result_value is not None else "",
-        "error_json": pretty(inv.error_detail) if inv.error_detail else "",
-        "history": _history(record.resolution_events),
-        "can_resolve": inv.state == State.OUTCOME_UNKNOWN and can_resolve(user=user, invocation=inv),
-        "run_url": reverse("admin:invocations_app_run_change", args=[inv.run_id]) if user.has_perm("invocations_app.view_run") else "",
-        "trace_url": (reverse("admin:invocations_app_invocation_changelist") + f"?q={inv.trace_id}")
-        if user.has_perm("invocations_app.view_invocation") else "",
-        "message_note": _message_note(inv, record),
-    }
-    return TemplateResponse(request, "admin/support/record.html", context)
-
-
-def _pretty_text(text: str) -> str:
-    if not text:
-        return ""
-    try:
-        return pretty(json.loads(text))
-    except ValueError:
-        return text
-
-
-def _message_note(inv: Invocation, record) -> str:
-    if record.messages:
-        return ""
-    if inv.state == State.COMMITTED and any(e.kind == "resolved_committed" for e in record.events):
-        return "None: support resolved this call as committed after its run had ended, so no tool message was emitted."
-    if inv.state == State.FAILED_BEFORE_COMMIT and any(e.kind == "resolved_not_committed" for e in record.events):
-        return "None: support resolved this call after its run had ended, so no tool message was emitted."
-    if inv.state in (State.PARSE_REJECTED, State.VALIDATION_REJECTED, State.AUTHORIZATION_REJECTED, State.CANCELLED_BEFORE_COMMIT):
-        return "None stored yet: a rejection's message is encoded when the agent first reads it."
-    return f"None yet: the call is {inv.state}; its tool message is written with its final transition."
-
-
 urlpatterns = [
     path("unknown-outcomes/", admin.site.admin_view(queue_view), name="unknown_queue"),
     path("unknown-outcomes/count.json", admin.site.admin_view(count_view), name="unknown_count"),
@@ -321,5 +201,4 @@ urlpatterns = [
     path("unknown-outcomes/<uuid:pk>/confirm", admin.site.admin_view(confirm_view), name="confirm"),
     path("unknown-outcomes/<uuid:pk>/reject", admin.site.admin_view(reject_view), name="reject"),
     path("unknown-outcomes/<uuid:pk>/resend", admin.site.admin_view(resend_view), name="resend"),
-    path("calls/<uuid:pk>/", admin.site.admin_view(record_view), name="record"),
 ]

@@ -58,10 +58,8 @@ from django.views.decorators.http import require_GET
 
 from toolops.runtime.states import TERMINAL, State
 
-from .models import Attempt, Confirmation, Invocation, Run
-from .selectors_support import age
-
-app_name = "dashboard"
+from ..models import Attempt, Confirmation, Invocation, Run
+from .formatting import age
 
 CACHE_SECONDS = 15
 CACHE_KEY = "toolops:dashboard:v1:{window}"
