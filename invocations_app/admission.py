@@ -37,6 +37,7 @@ from .confirmations import confirmation_row
 from .dispatch import enqueue_when_committed
 from .models import Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal
 from .runs import run_require_active
+from .tool_messages import ending_message_rows
 
 
 def parser_limits() -> ParserLimits:
@@ -202,6 +203,8 @@ def record_admission(
         trace_id=trace_id, span_id=new_span_id(), edited_from=edited_from, **fields,
     )
     rows = [[proposal], [invocation], _chain_events(invocation, steps, proposal_span)]
+    if invocation.state in TERMINAL:  # rejected: its tool messages are written with it, never by a read
+        rows += ending_message_rows(invocation, error_code=invocation.error_code, error_message=invocation.error_message)
     if confirmation_id:
         rows.append([confirmation_row(invocation=invocation, expires_at=auth.confirmation_expires_at, confirmation_id=confirmation_id)])
     claims_key = bool(spec and spec.side_effect_class != "read_only" and auth and not auth.denied)

@@ -25,6 +25,7 @@ from .confirmations import confirmation_open
 from .counters import counts_usage as _counting, default_counter
 from .dispatch import enqueue_when_committed
 from .models import Invocation
+from .tool_messages import ending_message_rows
 from .transitions import invocation_transition
 
 DEFAULT_CONFIRMATION_SECONDS = 15 * 60
@@ -119,7 +120,10 @@ def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
                 confirmation_open(invocation=invocation, expires_at=outcome.confirmation_expires_at)
                 continue
             fields = {"authorization": outcome.record, **outcome.error_fields()} if state == State.VALIDATED else {}
-            invocation_transition(invocation=invocation, src=state, dst=step.to_state, kind=step.kind, data=step.data, fields=fields)
+            ending = step.to_state == State.AUTHORIZATION_REJECTED
+            rows = ending_message_rows(invocation, error_code=fields["error_code"], error_message=fields["error_message"]) if ending else ()
+            invocation_transition(invocation=invocation, src=state, dst=step.to_state, kind=step.kind, data=step.data,
+                                  fields=fields, rows=rows)
             state = step.to_state
         if not outcome.denied and not outcome.needs_human:
             enqueue_when_committed(invocation)

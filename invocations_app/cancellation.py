@@ -15,6 +15,7 @@ from toolops.errors import Conflict
 from toolops.runtime.states import CANCELLABLE, State
 
 from .models import Confirmation, Invocation, Run
+from .tool_messages import ending_message_rows
 from .transitions import TransitionConflict, event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
@@ -41,10 +42,10 @@ def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -
         )
     try:
         with transaction.atomic():
+            error = {"error_code": "cancelled", "error_message": reason or "cancelled before the commit boundary"}
             invocation_transition(
                 invocation=invocation, src=invocation.state, dst=State.CANCELLED_BEFORE_COMMIT, kind="cancelled",
-                data={"reason": reason}, actor=actor,
-                fields={"error_code": "cancelled", "error_message": reason or "cancelled before the commit boundary"},
+                data={"reason": reason}, actor=actor, fields=error, rows=ending_message_rows(invocation, **error),
             )
             # A confirmation still waiting for a human has nothing left to decide.
             Confirmation.objects.filter(invocation=invocation, state=Confirmation.Status.PENDING).update(

@@ -19,6 +19,7 @@ from .admission import parser_limits, record_admission
 from .authorization import invocation_authorize
 from .confirmations import StaleDigest, confirmation_approve, decision_claim, refuse_if_overdue
 from .models import Confirmation, Invocation
+from .tool_messages import ending_message_rows
 from .transitions import invocation_transition
 
 
@@ -81,12 +82,13 @@ def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan
             idempotency_key=f"{original.idempotency_key}:edit:{plan.digest[:16]}", trace=None, edited_from=original,
         )
         decision_claim(confirmation, state=Confirmation.Status.EDITED, user=user, reason=reason, now=now, replacement=replacement)
+        error = {"error_code": "cancelled",
+                 "error_message": f"an approver changed the arguments; the call continues as invocation {replacement.pk}"}
         invocation_transition(
             invocation=original, src=State.AUTHORIZED, dst=State.CANCELLED_BEFORE_COMMIT, kind="edited_by_approver",
             data={"replacement_invocation_id": str(replacement.pk), "new_digest": plan.digest, "reason": reason},
             actor=f"user:{user.username}",
-            fields={"error_code": "cancelled",
-                    "error_message": f"an approver changed the arguments; the call continues as invocation {replacement.pk}",
-                    "error_detail": {"replacement_invocation_id": str(replacement.pk), "reason": reason}},
+            fields={**error, "error_detail": {"replacement_invocation_id": str(replacement.pk), "reason": reason}},
+            rows=ending_message_rows(original, **error),
         )
     return replacement

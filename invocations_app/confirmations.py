@@ -18,6 +18,7 @@ from toolops.runtime.states import State
 
 from .dispatch import enqueue_when_committed
 from .models import Confirmation, Invocation
+from .tool_messages import ending_message_rows
 from .transitions import TransitionConflict, event_append, invocation_transition
 
 
@@ -108,10 +109,11 @@ def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invoc
     refuse_if_overdue(confirmation, now)
     with transaction.atomic():
         decision_claim(confirmation, state=Confirmation.Status.DENIED, user=user, reason=reason, now=now)
+        error = {"error_code": "confirmation_denied", "error_message": f"a human denied this call: {reason}"}
         invocation_transition(
             invocation=invocation, src=State.AUTHORIZED, dst=State.AUTHORIZATION_REJECTED, kind="confirmation_denied",
             data={"confirmation_id": str(confirmation.pk), "reason": reason}, actor=f"user:{user.username}",
-            fields={"error_code": "confirmation_denied", "error_message": f"a human denied this call: {reason}"},
+            fields=error, rows=ending_message_rows(invocation, **error),
         )
     return invocation
 
@@ -128,25 +130,19 @@ def confirmation_expire(*, confirmation: Confirmation, now: datetime | None = No
         invocation = Invocation.objects.get(pk=confirmation.invocation_id)
         try:
             with transaction.atomic():  # a savepoint: losing the race keeps the expiry
+                error = {"error_code": "confirmation_expired", "error_message": "nobody confirmed the call in time"}
                 invocation_transition(
                     invocation=invocation, src=State.AUTHORIZED, dst=State.CANCELLED_BEFORE_COMMIT,
                     kind="confirmation_expired", data={"confirmation_id": str(confirmation.pk)},
-                    fields={"error_code": "confirmation_expired", "error_message": "nobody confirmed the call in time"},
+                    fields=error, rows=ending_message_rows(invocation, **error),
                 )
         except TransitionConflict:
             pass  # the call already moved on (e.g. cancelled): only the confirmation expires
     return True
 
 
-def confirmations_expire_due_for(*, invocation: Invocation, now: datetime | None = None) -> bool:
-    """Expire the invocation's pending confirmation if it is past its time (expiry on access)."""
-    now = now or timezone.now()
-    due = Confirmation.objects.filter(invocation=invocation, state=Confirmation.Status.PENDING, expires_at__lte=now)
-    return any([confirmation_expire(confirmation=c, now=now) for c in due.select_related("invocation")])
-
-
 def confirmations_expire_due(*, now: datetime | None = None, batch: int = 500) -> int:
-    """Expire every pending confirmation past its time (beat task and on access)."""
+    """Expire every pending confirmation past its time (the beat task; reads never expire anything)."""
     now = now or timezone.now()
     due = Confirmation.objects.filter(state=Confirmation.Status.PENDING, expires_at__lte=now).select_related("invocation")
     return sum(confirmation_expire(confirmation=c, now=now) for c in due[:batch])

@@ -10,7 +10,6 @@ from specs_app.models import Subject
 from toolops.errors import NotFound
 from toolops.runtime.states import TERMINAL, State
 
-from .confirmations import confirmations_expire_due_for
 from .models import Event, Invocation, ModelCall, ModelCallTool, Run
 
 # Where ``?wait=`` stops: a terminal state, an unknown outcome (reconciliation takes its
@@ -40,12 +39,9 @@ def model_call_get(*, subject: Subject, model_call_id) -> ModelCall:
 
 
 def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
-    """One of the subject's invocations; a confirmation past its expiry is expired on access."""
-    invocation = _invocation_get(subject, invocation_id)
-    if invocation.state == State.AUTHORIZED:
-        if confirmations_expire_due_for(invocation=invocation):
-            invocation = _invocation_get(subject, invocation_id)
-    return invocation
+    """One of the subject's invocations (reads only: a confirmation past its time is expired by
+    the beat task, and a decision on it is refused either way)."""
+    return _invocation_get(subject, invocation_id)
 
 
 def _invocation_get(subject: Subject, invocation_id) -> Invocation:

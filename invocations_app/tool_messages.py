@@ -3,15 +3,13 @@
 This module owns the encoding (the tool's result policy, its secrets removed, untrusted text
 marked) and the reads the agent makes: the tool message of an invocation, and the pages of a
 truncated result. Writing the messages happens with the transition that reports them
-(``results``, ``admission``, ``cancellation``, ``confirmations``).
+(``results`` for a result; ``admission``, ``authorization``, ``confirmations``, ``confirmation_edits``
+and ``cancellation`` for a call that ends without one, via ``ending_message_rows``). Reads never write.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from django.db import IntegrityError, transaction
-
-from toolops.db_batch import insert_rows
 from toolops.errors import Conflict
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.states import TERMINAL, State
@@ -50,13 +48,29 @@ def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[li
     ]
 
 
+def ending_message_rows(invocation: Invocation, *, error_code: str, error_message: str) -> list[list]:
+    """The tool messages of a call that ends without a result — rejected, denied, cancelled or
+    expired before its commit boundary — unsaved, to be written by the transition that ends it."""
+    result = _ending_result(error_code=error_code, error_message=error_message, commit_status="")
+    return message_rows(invocation, result, encode(invocation, result))
+
+
+def _ending_result(*, error_code: str, error_message: str, commit_status: str) -> ToolResult:
+    return ToolResult(status="error", error={"code": error_code or "error", "message": error_message},
+                      commit_status=commit_status or "not_committed")
+
+
 def _awaiting_confirmation(invocation: Invocation) -> bool:
     return invocation.state == State.AUTHORIZED and invocation.confirmations.filter(state=Confirmation.Status.PENDING).exists()
 
 
 def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
-    """The exact bytes for the model. Terminal: stored once (rejections encoded on first read);
-    awaiting a human: an interim notice, not stored; otherwise ``Conflict`` (409)."""
+    """The exact bytes for the model. Terminal: as stored with the transition that ended the call;
+    awaiting a human: an interim notice; otherwise ``Conflict`` (409). Never writes.
+
+    A terminal call without stored messages — one ended before rejections stored theirs, or one
+    support resolved after its run had ended, when no model was left to read it — is answered
+    with the same encoding from its record, and nothing is stored."""
     stored = ToolMessage.objects.filter(invocation=invocation, format=fmt).first()
     if stored is not None:
         return bytes(stored.message_bytes)
@@ -70,16 +84,9 @@ def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
     if invocation.state not in TERMINAL:
         raise Conflict(f"invocation is {invocation.state}; its tool message is not final yet",
                        code="not_final", extra={"state": invocation.state})
-    result = ToolResult(
-        status="error", error={"code": invocation.error_code or "error", "message": invocation.error_message},
-        commit_status=invocation.commit_status or "not_committed",
-    )
-    try:
-        with transaction.atomic():
-            insert_rows(*message_rows(invocation, result, encode(invocation, result)))
-    except IntegrityError:
-        pass  # a concurrent reader stored them first; serve those
-    return bytes(ToolMessage.objects.get(invocation=invocation, format=fmt).message_bytes)
+    result = _ending_result(error_code=invocation.error_code, error_message=invocation.error_message,
+                            commit_status=invocation.commit_status)
+    return message_bytes(render(fmt, encode(invocation, result), tool_call_id=invocation.proposal.proposal_id, is_error=True))
 
 
 def result_page(*, invocation: Invocation, cursor: str | None) -> tuple[bytes, str | None, int]:

@@ -217,8 +217,9 @@ LOGGING = {
 }
 
 CELERY_BEAT_SCHEDULE = {
-    # Expiry also happens on access (API reads, the queue page); this catches the rest.
-    "expire-confirmations": {"task": "invocations.confirmations_expire_due", "schedule": 30.0},
+    # The only place confirmations expire (reads never write); a decision on an overdue one is
+    # refused either way (confirmations.refuse_if_overdue), and the queue no longer offers it.
+    "expire-confirmations": {"task": "invocations.confirmations_expire_due", "schedule": 10.0},
     # Retries live in the database (next_attempt_at); this re-enqueues the due ones.
     "enqueue-due-executions": {"task": "invocations.enqueue_due", "schedule": 2.0},
     "reconcile-unknown-outcomes": {"task": "invocations.reconcile", "schedule": 5.0},

@@ -72,7 +72,7 @@ def _message_note(inv: Invocation, record) -> str:
     if inv.state == State.FAILED_BEFORE_COMMIT and any(e.kind == "resolved_not_committed" for e in record.events):
         return "None: support resolved this call after its run had ended, so no tool message was emitted."
     if inv.state in (State.PARSE_REJECTED, State.VALIDATION_REJECTED, State.AUTHORIZATION_REJECTED, State.CANCELLED_BEFORE_COMMIT):
-        return "None stored yet: a rejection's message is encoded when the agent first reads it."
+        return "None stored: the call ended before rejections stored their messages; the API encodes it from the record on request."
     return f"None yet: the call is {inv.state}; its tool message is written with its final transition."
 
 

@@ -17,12 +17,12 @@ from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Count, Min, Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
 from specs_app.models import Grant, Tenant, ToolSpec
 from toolops.runtime.states import State
 
-from ..confirmations import confirmations_expire_due
 from ..models import Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, ToolMessage
 from ..resolutions import HISTORY_KINDS, PendingResolution, can_resolve, pending_resolution, resolvable_toolspecs
 from .formatting import Bytes
@@ -66,17 +66,16 @@ class ConfirmationQueue:
 
 
 def confirmation_queue_list(*, user, tool: int | None = None, tenant: str | None = None) -> ConfirmationQueue:
-    """Pending confirmations oldest first, then the most recently decided ones.
+    """Decidable confirmations oldest first, then the most recently decided ones.
 
-    Due confirmations are expired first, so the queue never offers a decision the service
-    would refuse as expired (the beat task does the same on a timer).
+    A confirmation past its time is not offered (the service would refuse the decision); the
+    beat task records its expiry, after which it is listed among the decided ones.
     """
-    confirmations_expire_due()
     qs = _filtered(confirmations_visible_to(user=user), tool=tool, tenant=tenant).select_related(
         "tool_spec", "tenant", "subject", "run", "invocation", "decided_by"
     )
     # Index invocations_conf_queue (state, created_at) / invocations_conf_tool with a tool filter.
-    pending_qs = qs.filter(state=Confirmation.Status.PENDING)
+    pending_qs = _decidable(qs)
     # A page of the oldest, plus the total and next expiry from the index, never all of them.
     pending = list(pending_qs.order_by("created_at")[:PENDING_SHOWN])
     totals = pending_qs.aggregate(n=Count("pk"), next_expiry=Min("expires_at"))
@@ -86,9 +85,11 @@ def confirmation_queue_list(*, user, tool: int | None = None, tenant: str | None
 
 def confirmation_pending_count(*, user, tool: int | None = None, tenant: str | None = None) -> int:
     """How many confirmations ``user`` could decide right now (the live badge)."""
-    confirmations_expire_due()
-    qs = _filtered(confirmations_visible_to(user=user), tool=tool, tenant=tenant)
-    return qs.filter(state=Confirmation.Status.PENDING).count()
+    return _decidable(_filtered(confirmations_visible_to(user=user), tool=tool, tenant=tenant)).count()
+
+
+def _decidable(qs: QuerySet[Confirmation]) -> QuerySet[Confirmation]:
+    return qs.filter(state=Confirmation.Status.PENDING, expires_at__gt=timezone.now())
 
 
 def confirmation_get_for_user(*, user, pk) -> Confirmation:

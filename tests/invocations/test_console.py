@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
+from invocations_app.confirmations import confirmations_expire_due
 from invocations_app.models import Confirmation, Event
 from specs_app.models import Grant, GrantChange
 from specs_app.services import grant_create, grant_revoke
@@ -231,10 +232,12 @@ def test_it_reports_a_confirmation_that_was_already_decided(pending, approver):
     assert pending.state == "approved" and pending.invocation.state == "PREPARED"
 
 
-def test_it_expires_due_confirmations_when_the_queue_is_read(pending, approver):
+def test_it_lists_a_confirmation_expired_by_the_beat_task_among_the_decided(pending, approver):
     Confirmation.objects.filter(pk=pending.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     resp = client_for(approver).get(QUEUE)
-    assert resp.context["pending"] == []
+    assert resp.context["pending"] == [] and resp.context["decided"] == []  # overdue: not offered, not expired by a read
+    confirmations_expire_due()
+    resp = client_for(approver).get(QUEUE)
     assert [c.state for c in resp.context["decided"]] == ["expired"]
     pending.invocation.refresh_from_db()
     assert pending.invocation.state == "CANCELLED_BEFORE_COMMIT"

@@ -26,7 +26,7 @@ Not written: tool messages, idempotency records, grant usages (no console page n
 digests are random hex, so ``audit_invariants`` reports them as "not re-run" (it finds no violation).
 
 Pending confirmations expire ``--pending-ttl-hours`` after the load (default 72 h), so the
-confirmation queue (which expires due confirmations on access) does not change the data set
+confirmation queue (which offers only unexpired ones) keeps the same data set
 while a benchmark runs. Refuses to run unless the database name contains "bench" (or --force).
 """
 from __future__ import annotations
