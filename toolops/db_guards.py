@@ -1,13 +1,24 @@
 """Database triggers that enforce SPEC invariants wherever the write comes from.
 
-Generated from the same data the Python code uses (the transition table, the immutable
-ToolSpec columns), for PostgreSQL and SQLite. Migrations call ``install``/``uninstall``; a change
+Generated from the same data the Python code uses (the transition table, the states admission
+can stop in, the immutable ToolSpec columns), for PostgreSQL and SQLite:
+
+* an invocation's state changes only along an edge of the table (UPDATE);
+* an invocation is born only in a state admission reaches (INSERT) — nobody inserts a COMMITTED
+  call. Its event chain is written in the same transaction by ``admission.record_admission``;
+  that the chain is consistent (seqs 1..n without gaps, each edge in the table, ending in the
+  row's state) is checked by ``manage.py audit_invariants``, not by a trigger: a per-row check of
+  the events at commit would cost a query per admission on the hottest path;
+* events are append-only;
+* published ToolSpecs are immutable. Migrations call ``install``/``uninstall``; a change
 to the table needs a new migration that re-installs the guards — and so does any migration that
 makes SQLite rebuild a guarded table (most AlterFields), since the rebuild drops its triggers.
 """
 from __future__ import annotations
 
-from toolops.runtime.states import ALL_EDGES
+from contextlib import contextmanager
+
+from toolops.runtime.states import ALL_EDGES, BIRTH_STATES
 
 INVOCATION_TABLE = "invocations_app_invocation"
 EVENT_TABLE = "invocations_app_event"
@@ -22,6 +33,24 @@ TOOLSPEC_IMMUTABLE_COLUMNS = (
 
 def _edge_list() -> str:
     return ", ".join(f"'{src.value}>{dst.value}'" for src, dst in sorted(ALL_EDGES))
+
+
+BIRTH_TRIGGER = "invocations_invocation_guard_birth"
+
+
+def _birth_list() -> str:
+    return ", ".join(f"'{state.value}'" for state in sorted(BIRTH_STATES))
+
+
+def _postgres_birth_trigger() -> str:
+    return f"""CREATE TRIGGER {BIRTH_TRIGGER} BEFORE INSERT ON {INVOCATION_TABLE}
+            FOR EACH ROW EXECUTE FUNCTION {BIRTH_TRIGGER}()"""
+
+
+def _sqlite_birth_trigger() -> str:
+    return f"""CREATE TRIGGER {BIRTH_TRIGGER} BEFORE INSERT ON {INVOCATION_TABLE}
+            WHEN NEW.state NOT IN ({_birth_list()})
+            BEGIN SELECT RAISE(ABORT, 'an invocation is born only in a state admission reaches'); END"""
 
 
 def _postgres_sql() -> list[str]:
@@ -39,6 +68,16 @@ def _postgres_sql() -> list[str]:
         END $$ LANGUAGE plpgsql""",
         f"""CREATE TRIGGER invocations_invocation_guard_state BEFORE UPDATE OF state ON {INVOCATION_TABLE}
             FOR EACH ROW EXECUTE FUNCTION invocations_invocation_guard_state()""",
+        f"""
+        CREATE OR REPLACE FUNCTION {BIRTH_TRIGGER}() RETURNS trigger AS $$
+        BEGIN
+          IF NEW.state NOT IN ({_birth_list()}) THEN
+            RAISE EXCEPTION 'an invocation is born only in a state admission reaches, not %', NEW.state
+              USING ERRCODE = 'check_violation';
+          END IF;
+          RETURN NEW;
+        END $$ LANGUAGE plpgsql""",
+        _postgres_birth_trigger(),
         """
         CREATE OR REPLACE FUNCTION invocations_event_append_only() RETURNS trigger AS $$
         BEGIN
@@ -67,6 +106,7 @@ def _sqlite_sql() -> list[str]:
         f"""CREATE TRIGGER invocations_invocation_guard_state BEFORE UPDATE OF state ON {INVOCATION_TABLE}
             WHEN NEW.state IS NOT OLD.state AND (OLD.state || '>' || NEW.state) NOT IN ({_edge_list()})
             BEGIN SELECT RAISE(ABORT, 'invocation state edge is not allowed (SPEC 2)'); END""",
+        _sqlite_birth_trigger(),
         f"""CREATE TRIGGER invocations_event_append_only BEFORE UPDATE ON {EVENT_TABLE}
             BEGIN SELECT RAISE(ABORT, 'events are append-only'); END""",
         f"""CREATE TRIGGER specs_toolspec_guard_published BEFORE UPDATE ON {TOOLSPEC_TABLE}
@@ -78,11 +118,13 @@ def _sqlite_sql() -> list[str]:
 _DROP = {
     "postgresql": [
         f"DROP TRIGGER IF EXISTS invocations_invocation_guard_state ON {INVOCATION_TABLE}",
+        f"DROP TRIGGER IF EXISTS {BIRTH_TRIGGER} ON {INVOCATION_TABLE}",
         f"DROP TRIGGER IF EXISTS invocations_event_append_only ON {EVENT_TABLE}",
         f"DROP TRIGGER IF EXISTS specs_toolspec_guard_published ON {TOOLSPEC_TABLE}",
     ],
     "sqlite": [
         "DROP TRIGGER IF EXISTS invocations_invocation_guard_state",
+        f"DROP TRIGGER IF EXISTS {BIRTH_TRIGGER}",
         "DROP TRIGGER IF EXISTS invocations_event_append_only",
         "DROP TRIGGER IF EXISTS specs_toolspec_guard_published",
     ],
@@ -101,3 +143,40 @@ def install(apps, schema_editor) -> None:
 def uninstall(apps, schema_editor) -> None:
     for sql in _DROP.get(schema_editor.connection.vendor, []):
         schema_editor.execute(sql, params=None)
+
+
+def uninstall_birth_guard(apps, schema_editor) -> None:
+    """Reverse of the migration that added the INSERT guard (the other guards stay)."""
+    drop = {"postgresql": f"DROP TRIGGER IF EXISTS {BIRTH_TRIGGER} ON {INVOCATION_TABLE}",
+            "sqlite": f"DROP TRIGGER IF EXISTS {BIRTH_TRIGGER}"}.get(schema_editor.connection.vendor)
+    if drop:
+        schema_editor.execute(drop, params=None)
+
+
+@contextmanager
+def birth_guard_suspended(connection):
+    """Insert invocations in any state inside this block: synthetic histories only
+    (``load_bulk``, tests that build a row in a given state without its history).
+
+    Must run inside a transaction, which keeps the suspension invisible to everyone else (on
+    PostgreSQL ``ALTER TABLE … DISABLE TRIGGER`` also locks the table until commit). The guard
+    is back before the block ends; if the block raises, rolling the transaction back restores it.
+    """
+    if not connection.in_atomic_block:
+        raise RuntimeError("birth_guard_suspended needs a transaction (transaction.atomic())")
+    postgres = connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        if postgres:
+            # ALTER TABLE refuses while deferred FK checks are queued on the table: run them as
+            # they come inside the block, and defer them again after it.
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            cursor.execute(f"ALTER TABLE {INVOCATION_TABLE} DISABLE TRIGGER {BIRTH_TRIGGER}")
+        else:
+            cursor.execute(f"DROP TRIGGER {BIRTH_TRIGGER}")
+    yield
+    with connection.cursor() as cursor:
+        if postgres:
+            cursor.execute(f"ALTER TABLE {INVOCATION_TABLE} ENABLE TRIGGER {BIRTH_TRIGGER}")
+            cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+        else:
+            cursor.execute(_sqlite_birth_trigger())

@@ -4,7 +4,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connections
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 
 from invocations_app import admission, runs
 from invocations_app.execution import execution_claim, execution_run
@@ -48,6 +49,28 @@ def test_it_records_a_proposal_refused_for_budget_and_ends_the_run():
     assert refused.refusal == "budget_exhausted" and bytes(refused.arguments_bytes) == ARGS
     run.refresh_from_db()
     assert run.status == "exhausted"
+
+
+def _proposal_lookups(ctx) -> int:
+    return sum(1 for q in ctx.captured_queries
+               if q["sql"].lstrip().upper().startswith("SELECT") and 'FROM "invocations_app_proposal"' in q["sql"])
+
+
+@pytest.mark.django_db
+def test_it_asks_already_posted_once_per_proposal_before_spending_a_unit():
+    """One admission path: one look for a prior post, before the budget unit is taken (no callback
+    from inside authorization); a concurrent duplicate is caught by the unique constraint instead."""
+    subject, run = _run(budgets={"tool_calls": 5})
+    call = runs.model_call_create(run=run, tool_refs=None, fmt="openai", context=[])
+    with CaptureQueriesContext(connection) as fresh:
+        admission.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    with CaptureQueriesContext(connection) as repost:
+        _, created = admission.proposal_admit(model_call=call, subject=subject, proposal_id="a", name="weather.get_forecast@1", arguments_bytes=ARGS)
+    assert not created
+    assert (_proposal_lookups(fresh), _proposal_lookups(repost)) == (1, 1)
+    budget_updates = [q["sql"] for q in repost.captured_queries if q["sql"].lstrip().upper().startswith("UPDATE")]
+    assert budget_updates == [], "a re-post spent (or touched) a budget unit"
+    assert Run.objects.get(pk=run.pk).tool_calls_used == 1
 
 
 @pytest.mark.django_db

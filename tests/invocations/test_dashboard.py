@@ -15,6 +15,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.cache import cache
+from django.db import connection, transaction
 from django.utils import timezone
 
 from invocations_app.console import dashboard
@@ -22,6 +23,7 @@ from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall,
 from specs_app.models import ToolSpec
 from tests.browser.conftest import make_demo_spec
 from tests.builders import make_subject, make_tenant
+from toolops.db_guards import birth_guard_suspended
 from toolops.runtime.states import State
 
 pytestmark = pytest.mark.django_db
@@ -74,10 +76,11 @@ class World:
         spec = spec or self.weather
         proposal = Proposal.objects.create(model_call=self.call, proposal_id=f"call_{self._n}", name=spec.ref,
                                            arguments_bytes=b"{}", span_id="2" * 16)
-        inv = Invocation.objects.create(
-            proposal=proposal, run=self.run, model_call=self.call, tenant=self.tenant, subject=self.subject, tool_spec=spec,
-            tool_name=spec.name, tool_version=spec.version, state=state, trace_id="1" * 32, span_id="3" * 16,
-        )
+        with transaction.atomic(), birth_guard_suspended(connection):  # a history's end state, without the history
+            inv = Invocation.objects.create(
+                proposal=proposal, run=self.run, model_call=self.call, tenant=self.tenant, subject=self.subject, tool_spec=spec,
+                tool_name=spec.name, tool_version=spec.version, state=state, trace_id="1" * 32, span_id="3" * 16,
+            )
         created = self.now - ago
         Invocation.objects.filter(pk=inv.pk).update(created_at=created)  # auto_now_add: set it afterwards
         inv.created_at = created

@@ -18,21 +18,63 @@ from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 from tests.builders import make_grant, make_subject
 from tests.conftest import require_postgres
-from toolops.runtime.states import ALL_EDGES, State, TransitionNotAllowed
+from toolops.db_guards import birth_guard_suspended
+from toolops.runtime.states import ALL_EDGES, BIRTH_STATES, State, TransitionNotAllowed
 
 ALL_PAIRS = [(src, dst) for src in State for dst in State]
 
 
 def make_invocation(*, state: State = State.PROPOSED) -> Invocation:
-    """An invocation inserted directly in ``state`` (INSERT is not a transition)."""
+    """An invocation inserted directly in ``state``, whatever it is: the INSERT guard is
+    suspended for this row (the transition tests need a start in every state)."""
     subject = make_subject()
     run = Run.objects.create(tenant=subject.tenant, subject=subject, trace_id=uuid.uuid4().hex)
     call = ModelCall.objects.create(run=run, span_id="a" * 16)
     proposal = Proposal.objects.create(model_call=call, proposal_id=uuid.uuid4().hex, name="x", arguments_bytes=b"{}", span_id="b" * 16)
+    with transaction.atomic(), birth_guard_suspended(connection):
+        return Invocation.objects.create(
+            proposal=proposal, run=run, model_call=call, tenant=subject.tenant, subject=subject, state=state,
+            trace_id=run.trace_id, span_id="c" * 16,
+        )
+
+
+def _insert(proposal: Proposal, state: State) -> Invocation:
     return Invocation.objects.create(
-        proposal=proposal, run=run, model_call=call, tenant=subject.tenant, subject=subject, state=state,
-        trace_id=run.trace_id, span_id="c" * 16,
+        proposal=proposal, run=proposal.model_call.run, model_call=proposal.model_call, tenant=proposal.model_call.run.tenant,
+        subject=proposal.model_call.run.subject, state=state, trace_id="1" * 32, span_id="c" * 16,
     )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("state", list(State))
+def test_it_has_the_database_refuse_an_invocation_born_in_a_state_admission_does_not_reach(state):
+    """The INSERT guard: inserting a COMMITTED (or EXECUTING, OBSERVED, …) invocation directly fails."""
+    proposal = make_invocation(state=State.VALIDATED).proposal  # a run and model call to hang it on
+    fresh = Proposal.objects.create(model_call=proposal.model_call, proposal_id=uuid.uuid4().hex, name="x",
+                                    arguments_bytes=b"{}", span_id="b" * 16)
+    try:
+        with transaction.atomic():
+            inv = _insert(fresh, state)
+    except IntegrityError:
+        assert state not in BIRTH_STATES, f"DB refused to insert an invocation in {state}, which admission reaches"
+    else:
+        assert state in BIRTH_STATES, f"DB accepted an invocation born in {state}"
+        assert Invocation.objects.get(pk=inv.pk).state == state
+
+
+def test_it_has_the_sqlite_trigger_refuse_a_committed_birth_too():
+    """The SQLite guard, checked on an in-memory SQLite database whatever database the suite runs on."""
+    import sqlite3
+
+    from toolops.db_guards import INVOCATION_TABLE, _sqlite_birth_trigger
+
+    db = sqlite3.connect(":memory:")
+    db.execute(f"CREATE TABLE {INVOCATION_TABLE} (id INTEGER PRIMARY KEY, state TEXT)")
+    db.execute(_sqlite_birth_trigger())
+    db.execute(f"INSERT INTO {INVOCATION_TABLE} (state) VALUES ('PREPARED')")
+    with pytest.raises(sqlite3.IntegrityError, match="born only in a state admission reaches"):
+        db.execute(f"INSERT INTO {INVOCATION_TABLE} (state) VALUES ('COMMITTED')")
+    assert [row[0] for row in db.execute(f"SELECT state FROM {INVOCATION_TABLE}")] == ["PREPARED"]
 
 
 @pytest.mark.django_db

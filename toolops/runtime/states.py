@@ -56,6 +56,14 @@ TERMINAL: frozenset[State] = frozenset(s for s, targets in TRANSITIONS.items() i
 # The effect may exist from here on; nothing may turn these into "did not happen" (SPEC §2 inv. 5).
 AT_OR_AFTER_COMMIT: frozenset[State] = frozenset({S.COMMITTED, S.OBSERVED, S.FAILED_AFTER_COMMIT})
 
+# Where an invocation can be born: where admission stops — a rejection, VALIDATED (recorded
+# before authorization, e.g. an approver's edit), or where authorization leads (AUTHORIZED, maybe
+# awaiting a human; PREPARED for a write). Every later state is reached by transitions only, and
+# a database trigger refuses an INSERT in any other state (toolops/db_guards.py).
+BIRTH_STATES: frozenset[State] = frozenset({
+    S.PARSE_REJECTED, S.VALIDATION_REJECTED, S.VALIDATED, S.AUTHORIZATION_REJECTED, S.AUTHORIZED, S.PREPARED,
+})
+
 # Cancel is honoured only before the commit boundary (SPEC §7).
 CANCELLABLE: frozenset[State] = frozenset(
     s for s, targets in TRANSITIONS.items() if S.CANCELLED_BEFORE_COMMIT in targets
