@@ -38,9 +38,9 @@ def invocation_finish_with_message(
     encoded = encode(invocation, result)
     # The record keeps what the model got: redacted, untrusted text wrapped — never the raw value.
     fields["result_value"] = json.loads(encoded.full_bytes) if status == "ok" else None
-    # A run's budgets never change: the one already loaded tells whether bytes are capped. An
-    # uncapped count needs no answer, so it travels with the event and the messages.
-    uncapped = Invocation.run.is_cached(invocation) and (invocation.run.budgets or {}).get("result_bytes") is None
+    # A run's budgets never change (the worker's claim has loaded the run already): an uncapped
+    # count needs no answer, so it travels with the event and the messages.
+    uncapped = (invocation.run.budgets or {}).get("result_bytes") is None
     conflict = None
     # No savepoint (two round trips when nested): the transition goes first, so a lost race
     # has written nothing and is raised after the block, leaving the caller's transaction usable.
