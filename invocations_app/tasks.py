@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+
 from celery import shared_task
 from django.utils import timezone
 
@@ -26,6 +27,7 @@ from .execution import attempt_timeout, claim_or_inspect, execution_run, open_at
 from .models import Invocation
 
 logger = logging.getLogger(__name__)
+
 
 @shared_task(name=EXECUTE_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True, bind=True)
 def invocation_execute_task(self, invocation_id: str) -> str:
