@@ -1,6 +1,7 @@
 """Console for runs and invocations: read-only records with the raw bytes and the event timeline."""
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import timedelta
 
@@ -192,6 +193,4 @@ class InvocationAdmin(ReadOnlyAdmin):
 
 
 def pretty_json_text(value) -> str:
-    import json
-
     return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True)

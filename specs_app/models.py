@@ -6,6 +6,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from toolops.runtime.rendering import model_facing_name, tool_ref
 
@@ -242,8 +243,6 @@ class Grant(models.Model):
 
     @property
     def is_live(self) -> bool:
-        from django.utils import timezone
-
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > timezone.now())
 
 
