@@ -1,16 +1,20 @@
-"""Lean SQL for the hottest paths: several INSERTs in one round trip, and indexed reads
-without the ORM's per-call query building. Values are prepared and converted by the model
-fields exactly as ``save()`` and querysets do, so both work on PostgreSQL and SQLite alike.
+"""Several INSERTs in one round trip, for the two paths where the benchmarks show it pays.
 
-The admission of a proposal writes a proposal, an invocation and its event chain. One ORM
-``create()`` each costs a round trip apiece plus BEGIN and COMMIT; ``insert_rows`` sends them
-together. On PostgreSQL they go as prepared statements in one psycopg pipeline ended by one
-Sync: one round trip, all or nothing, one commit (inside the caller's transaction they simply
-join it). Other databases (SQLite) run the statements one by one inside one
-transaction: the same rows, more round trips.
+The admission of a proposal writes a proposal, an invocation and its event chain; a call's
+last transition writes its events, result body and tool messages. One ORM ``create()`` or
+``bulk_create()`` each costs a round trip apiece plus BEGIN and COMMIT; ``insert_rows`` sends
+them together. On PostgreSQL they go as prepared statements in one psycopg pipeline ended by
+one Sync: one round trip, all or nothing, one commit (inside the caller's transaction they
+simply join it). Other databases (SQLite) run the statements one by one inside one
+transaction: the same rows, more round trips. Values are prepared by the model fields exactly
+as ``save()`` does. Measured (bench/admission.py, same run): the same rows by ``bulk_create``
+per model in one transaction bring the admission ratio from ~0.7–0.9 down to ~0.4–0.5.
 
-No model signals fire and generated primary keys are not read back: use it for models whose
-primary key is set client-side, or whose generated key nobody needs (events).
+Everything else uses the ORM's public API (``bulk_create``, ``QuerySet.update``,
+``values_list``); what stays below Django's public surface is listed in docs/architecture.md.
+
+No model signals fire and generated primary keys are not read back: use ``insert_rows`` for
+models whose primary key is set client-side, or whose generated key nobody needs (events).
 """
 from __future__ import annotations
 
