@@ -23,7 +23,7 @@ from django.utils import timezone
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view
 from toolops import otel
-from toolops.db_batch import insert_rows
+from toolops.db_batch import insert_rows, select_rows
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
@@ -132,14 +132,20 @@ def _take_tool_call(run, model_call, proposal_id, name, arguments_bytes) -> None
 
 
 def _replayed(model_call: ModelCall, proposal_id: str, name: str, arguments_bytes: bytes) -> Invocation | None:
-    prior = (
-        Proposal.objects.filter(model_call=model_call, proposal_id=proposal_id)
-        .select_related("replay_of").order_by().first()
+    """The invocation of an earlier post of this proposal, None if there was none, or
+    ``Conflict`` when it was posted with other content. One indexed read of the unique
+    (model call, proposal id) pair — a lean statement, as every proposal pays for it."""
+    rows = select_rows(
+        Proposal, ("id", "name", "arguments_bytes", "replay_of"), where="model_call_id = %s AND proposal_id = %s",
+        params=[("model_call", model_call.pk), ("proposal_id", proposal_id)],
     )
-    if prior is None:
+    if not rows:
         return None
-    invocation = Invocation.objects.filter(proposal=prior).first() or prior.replay_of
-    if bytes(prior.arguments_bytes) != arguments_bytes or prior.name != name:
+    prior_id, prior_name, prior_bytes, replay_of_id = rows[0]
+    invocation = Invocation.objects.filter(proposal_id=prior_id).first() or (
+        Invocation.objects.filter(pk=replay_of_id).first() if replay_of_id else None
+    )
+    if bytes(prior_bytes) != arguments_bytes or prior_name != name:
         raise Conflict(
             f"proposal {proposal_id!r} was already posted to this model call with other content",
             code="proposal_conflict",

@@ -1,8 +1,9 @@
 """Reads for tool specs and identities."""
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
+from toolops.db_batch import select_rows
 from toolops.runtime.admission import ToolView
 from toolops.runtime.authorization import GrantSnapshot, Limits
 from toolops.runtime.rendering import RenderableTool
@@ -52,10 +53,13 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
     if not by_id:
         return []
     # capability_id (not a join on the name) so the whole (tenant, capability, subject) index
-    # applies; the names come from the capability cache.
-    rows = Grant.objects.filter(
-        Q(subject__isnull=True) | Q(subject=subject), tenant=tenant, capability_id__in=list(by_id), revoked_at__isnull=True,
-    ).values_list(*_GRANT_COLUMNS)
+    # applies; the names come from the capability cache. Lean SQL: this runs for every call.
+    rows = select_rows(
+        Grant, _GRANT_COLUMNS,
+        where=f"tenant_id = %s AND capability_id IN ({', '.join(['%s'] * len(by_id))}) AND revoked_at IS NULL "
+              "AND (subject_id IS NULL OR subject_id = %s)",
+        params=[("tenant", tenant.pk), *(("capability", cid) for cid in by_id), ("subject", subject.pk)],
+    )
     snapshots = []
     for grant_id, capability_id, subject_id, scope_kind, scope_values, effect, tool_refs, limits, expires_at in rows:
         name, operation_class = by_id[capability_id]
@@ -67,7 +71,7 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
     return snapshots
 
 
-_GRANT_COLUMNS = ("id", "capability_id", "subject_id", "scope_kind", "scope_values", "effect", "tool_refs", "limits", "expires_at")
+_GRANT_COLUMNS = ("id", "capability", "subject", "scope_kind", "scope_values", "effect", "tool_refs", "limits", "expires_at")
 
 
 def _capabilities(names: list[str]) -> dict[str, tuple[int, str]]:

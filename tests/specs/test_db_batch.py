@@ -13,7 +13,7 @@ from django.utils import timezone
 from specs_app.models import Grant, Subject, Tenant
 from specs_app.selectors import grant_snapshots
 from tests.builders import make_capability, make_grant, make_subject
-from toolops.db_batch import insert_rows
+from toolops.db_batch import insert_rows, select_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,6 +86,17 @@ def test_inside_a_transaction_it_joins_it():
         insert_rows([fresh])
         raise RuntimeError("roll back")
     assert not Tenant.objects.filter(slug=fresh.slug).exists()
+
+
+def test_select_rows_converts_like_the_orm():
+    subject = make_subject()
+    grant = make_grant(subject=subject, tenant=subject.tenant, scope_kind="exact", scope_values=["Paris"],
+                       limits={"calls_per_run": 2})
+    Grant.objects.filter(pk=grant.pk).update(expires_at=timezone.now() + timedelta(hours=1))
+    grant.refresh_from_db()
+    columns = ("id", "subject", "scope_values", "limits", "expires_at", "created_at")
+    rows = select_rows(Grant, columns, where="id = %s", params=[("id", grant.pk)])
+    assert rows == [[getattr(grant, "subject_id" if c == "subject" else c) for c in columns]]
 
 
 def test_grant_snapshots_read_live_grants_of_the_subject_and_the_tenant():
