@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("toolops", "specs_app", "invocations_app", "demo_services")
+PACKAGES = ("toolops", "specs_app", "invocations_app", "demo_services", "bench")
 
 
 def _modules() -> dict[str, Path]:
