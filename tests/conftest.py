@@ -60,9 +60,11 @@ def _fresh_process_caches():
     same names, so each test starts with empty caches."""
     yield
     from specs_app import selectors as spec_selectors
+    from toolops.runtime import normalizers
     from toolops.runtime.validation import clear_validator_cache
 
     clear_validator_cache()
+    normalizers._rules_cache.clear()  # keyed by name@version too: tests publish other rules under one name
     spec_selectors._CAPABILITIES.clear()
     try:
         from invocations_app.services import _visible_set
