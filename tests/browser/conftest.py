@@ -22,6 +22,13 @@ from tests.conftest import require
 CHROMIUM = Path("/usr/bin/chromium")
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Staff sign in with a password; Django's PBKDF2 spends ~0.2 s of CPU per hash by design
+    (once at creation, once per login). Nothing here tests the hasher."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 # --- browser ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
