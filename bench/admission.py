@@ -52,6 +52,9 @@ from toolops.runtime.admission import admit  # noqa: E402
 from toolops.runtime.normalizers import NormalizationContext  # noqa: E402
 from toolops.runtime.validation import cached_validator  # noqa: E402
 
+# BENCH_SMOKE=1 (CI's .ci/bench-smoke): the whole script at tiny sizes, to prove it still runs
+# against real PostgreSQL and Redis; the numbers it prints then mean nothing.
+SMOKE = os.environ.get("BENCH_SMOKE") == "1"
 WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
 ARGS = [f'{{"city": "City {i % 97}", "date": "2026-07-{10 + i % 19:02d}"}}'.encode() for i in range(1000)]
 
@@ -152,6 +155,8 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=500, help="proposals per block")
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--sizes", default="10,100,1000,10000")
+    if SMOKE:
+        parser.set_defaults(n=10, blocks=2, sizes="10,100")
     args = parser.parse_args()
     throughput(args.n, args.blocks)
     memory([int(s) for s in args.sizes.split(",")])

@@ -18,8 +18,8 @@ are added with ``bulk_create`` in batches of 5,000 between the sizes (10, 1,000,
 block is reported (wall time; the client's CPU time per decision beside it, which shared-machine
 noise disturbs less), with the ratio time(largest)/time(smallest) (target <= 1.5), the buffers and
 server time of the grant lookup at each size (load-independent), and the plan of the lookup at the
-largest size (EXPLAIN ANALYZE of the exact SQL the selector sends) beside the plan of the same
-lookup with the capability id resolved first.
+largest size (EXPLAIN ANALYZE of the exact SQL and parameters the selector sends) beside the plan
+of the same lookup written as a plain queryset.
 
 The script empties the database first (``flush``) so the sizes are exact: it refuses to run
 unless the database name contains "bench" (override with --force).
@@ -32,6 +32,7 @@ import random
 import statistics
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -44,14 +45,17 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.db.models import Q  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from specs_app.models import Capability, Grant, Subject, Tenant  # noqa: E402
+from toolops import db_batch  # noqa: E402
 from specs_app.selectors import capability_classes, grant_snapshots  # noqa: E402
 from toolops.runtime.authorization import AuthContext, Effect, authorize  # noqa: E402
 from toolops.runtime.requirements import requirements_for  # noqa: E402
 
+# BENCH_SMOKE=1 (CI's .ci/bench-smoke): the whole script at tiny sizes, to prove it still runs
+# against real PostgreSQL and Redis; the numbers it prints then mean nothing.
+SMOKE = os.environ.get("BENCH_SMOKE") == "1"
 CAPABILITY = "weather.read"
 DECLARED = [{"capability": CAPABILITY, "resource_pointer": "/city"}]
 TOOL_REF = "weather.get_forecast@1"
@@ -137,41 +141,84 @@ def block(world: World, n: int, cpu: list | None = None) -> float:
     return time.perf_counter() - start
 
 
-def lookup_sql(world: World) -> str:
-    """The exact SQL ``grant_snapshots`` sends (parameters inlined by the driver)."""
-    with CaptureQueriesContext(connection) as captured:
+Statement = tuple[str, list]  # SQL with %s placeholders, and its parameters
+
+
+@contextmanager
+def sent_statements():
+    """Every statement sent while inside, with its parameters, as the driver received them.
+
+    Django's cursors are seen through ``execute_wrapper``; ``toolops.db_batch`` sends its lean
+    reads on a server-binding psycopg cursor of its own, seen by wrapping ``execute_one``. (A
+    query log holds only the SQL text, and with server-side binding that text has placeholders:
+    EXPLAIN needs the parameters too.)
+    """
+    seen: list[Statement] = []
+
+    def through_django(execute, sql, params, many, context):
+        seen.append((sql, list(params or ())))
+        return execute(sql, params, many, context)
+
+    execute_one = getattr(db_batch, "execute_one", None)
+
+    def through_db_batch(sql, params, *args, **kwargs):
+        seen.append((sql, list(params or ())))
+        return execute_one(sql, params, *args, **kwargs)
+
+    if execute_one:
+        db_batch.execute_one = through_db_batch
+    try:
+        with connection.execute_wrapper(through_django):
+            yield seen
+    finally:
+        if execute_one:
+            db_batch.execute_one = execute_one
+
+
+def lookup_statement(world: World) -> Statement:
+    """The exact statement ``grant_snapshots`` sends, with its parameters."""
+    with sent_statements() as seen:
         grant_snapshots(tenant=world.tenant, subject=world.subject, capabilities=[CAPABILITY])
-    return captured.captured_queries[-1]["sql"]
+    if not seen:
+        raise SystemExit("grant_snapshots sent no statement this bench can see: update sent_statements()")
+    return seen[-1]
 
 
-def explain(sql: str) -> list[str]:
+def explain(statement: Statement) -> list[str]:
+    sql, params = statement
     prefix = "EXPLAIN (ANALYZE, BUFFERS) " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
     with connection.cursor() as cursor:
-        cursor.execute(prefix + sql)
+        cursor.execute(prefix + sql, params)
         return [" | ".join(str(c) for c in row) for row in cursor.fetchall()]
 
 
-def server_cost(sql: str) -> str:
+def shown(statement: Statement) -> str:
+    sql, params = statement
+    return f"{sql}\n  parameters: {params}"
+
+
+def server_cost(statement: Statement) -> str:
     """Load-independent view of the lookup: buffers touched and server execution time (PostgreSQL)."""
     if connection.vendor != "postgresql":
         return "n/a"
     for _ in range(3):  # warm the plan and the buffers
-        plan = explain(sql)
+        plan = explain(statement)
     hits = next((line.split("shared hit=")[1].split()[0] for line in plan if "shared hit=" in line), "?")
     ms = next((line.split(":")[1].strip() for line in plan if line.startswith("Execution Time")), "?")
     return f"{hits} buffers, {ms}"
 
 
-def ids_variant_sql(world: World) -> str:
-    """For comparison only: the same lookup with the capability id resolved first (no join in the filter)."""
+def orm_variant_statement(world: World) -> Statement:
+    """For comparison only: the same lookup as a plain queryset (capability id resolved first,
+    the capability row joined back by ``select_related``)."""
     qs = (
         Grant.objects.filter(tenant=world.tenant, capability_id__in=[world.caps[0].pk], revoked_at__isnull=True)
         .filter(Q(subject__isnull=True) | Q(subject=world.subject))
         .select_related("capability")
     )
-    with CaptureQueriesContext(connection) as captured:
+    with sent_statements() as seen:
         list(qs)
-    return captured.captured_queries[-1]["sql"]
+    return seen[-1]
 
 
 def main() -> None:
@@ -186,6 +233,8 @@ def main() -> None:
     parser.add_argument("--own-tenant-subjects", type=int, default=SUBJECTS_PER_TENANT,
                         help="how many other subjects of the measured tenant hold its other grants (default 20)")
     parser.add_argument("--force", action="store_true", help="flush a database whose name lacks 'bench'")
+    if SMOKE:
+        parser.set_defaults(n=20, blocks=2, sizes="10,1000")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     if sizes[0] < OWN_GRANTS:
@@ -219,17 +268,17 @@ def main() -> None:
         live = Grant.objects.filter(revoked_at__isnull=True).count()
         same = Grant.objects.filter(tenant=world.tenant, capability=world.caps[0]).count()
         rates = ", ".join(f"{args.n / t:.0f}" for t in times)
-        cost = server_cost(lookup_sql(world))
+        cost = server_cost(lookup_statement(world))
         print(f"{size:9,d}  {live:9,d}  {same:15,d}  {args.n / medians[size]:11.0f}  {medians[size] / args.n * 1e6:11.1f}  "
               f"{statistics.median(cpu) / args.n * 1e6:13.1f}  {cost:>26}  {rates}")
     lo, hi = sizes[0], sizes[-1]
     print(f"ratio time({hi:,})/time({lo:,}): {medians[hi] / medians[lo]:.2f} (medians of blocks), "
           f"{bests[hi] / bests[lo]:.2f} (best blocks)  (target <= 1.5)")
-    sql = lookup_sql(world)
-    print(f"\ngrant lookup at {hi:,} grants (the selector's SQL):\n{sql}\n")
-    print("\n".join(explain(sql)))
-    variant = ids_variant_sql(world)
-    print(f"\nfor comparison, the same lookup with the capability id resolved first:\n{variant}\n")
+    lookup = lookup_statement(world)
+    print(f"\ngrant lookup at {hi:,} grants (the selector's SQL):\n{shown(lookup)}\n")
+    print("\n".join(explain(lookup)))
+    variant = orm_variant_statement(world)
+    print(f"\nfor comparison, the same lookup as a plain queryset:\n{shown(variant)}\n")
     print("\n".join(explain(variant)))
 
 

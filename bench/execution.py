@@ -41,6 +41,9 @@ from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
 from specs_app.services import toolspec_publish  # noqa: E402
 
+# BENCH_SMOKE=1 (CI's .ci/bench-smoke): the whole script at tiny sizes, to prove it still runs
+# against real PostgreSQL and Redis; the numbers it prints then mean nothing.
+SMOKE = os.environ.get("BENCH_SMOKE") == "1"
 WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
 # Worker-side writes of one read-only invocation, counted per SQL statement with a wrapper
 # around execution_claim + execution_run (tests/invocations/test_transitions.py keeps it in
@@ -69,7 +72,7 @@ def setup():
 
 
 def start_worker() -> subprocess.Popen:
-    log = open(ROOT / "var" / "bench-worker.log", "wb")
+    log = open(Path(settings.VAR_DIR) / "bench-worker.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "toolops", "worker", "--loglevel=WARNING", "--concurrency=2",
          "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "-I", "bench.bare_tasks", "--without-gossip", "--without-mingle"],
@@ -148,6 +151,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=300, help="invocations for the throughput run")
     parser.add_argument("--latency-n", type=int, default=100)
+    if SMOKE:
+        parser.set_defaults(n=10, latency_n=5)
     args = parser.parse_args()
     if not settings.CELERY_BROKER_URL.startswith("redis") or connection.vendor != "postgresql":
         raise SystemExit("needs PostgreSQL (DATABASE_URL) and a Redis broker (CELERY_BROKER_URL)")

@@ -1,11 +1,40 @@
-"""Small keyword-only builders for test data (instead of copy-pasted setup)."""
+"""Keyword-only builders for test data, in one module (instead of copy-pasted setup).
+
+- rows: ``make_tenant``, ``make_subject``, ``make_token``, ``make_capability``, ``make_grant``,
+  ``make_staff``;
+- ToolSpecs: ``make_toolspec`` (the weather tool by default), ``make_demo_spec`` (API.md's demo
+  set, optionally copied under another name or changed), ``make_calendar_spec`` (a small calendar
+  tool with two properties);
+- calls: ``admit_proposal`` (one proposal through the admission service), ``Agent`` (an API
+  client for one subject);
+- worlds: ``PlantedWorld`` (rows planted directly, with chosen timestamps), ``ServiceWorld``
+  (histories made through the services with in-process executors), ``RunWorld`` (one run and
+  model call whose VALIDATED invocations are inserted directly).
+"""
 from __future__ import annotations
 
+import copy
+import hashlib
 import itertools
 import json
+import uuid
+from datetime import timedelta
 
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.utils import timezone
+
+from invocations_app import admission, runs
+from invocations_app.confirmations import confirmation_approve
+from invocations_app.execution import execution_claim, execution_run
+from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall, Proposal, Run
+from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec
+from specs_app.selectors import grant_snapshots
 from specs_app.services import api_token_issue, toolspec_publish
+from toolops.db_guards import birth_guard_suspended
+from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome
+from toolops.runtime.states import State
 
 _seq = itertools.count(1)
 
@@ -63,6 +92,68 @@ def make_toolspec(
     return toolspec_publish(spec=spec) if publish else spec
 
 
+# The operation class of each capability the demo ToolSpecs require.
+DEMO_CAPABILITIES = {"calendar.write": "create", "payments.transfer": "create", "weather.read": "read", "web.read": "read"}
+
+CALENDAR_ARGS = {
+    "calendar_id": "primary", "title": "Quarterly planning", "start": "2026-07-21T09:00:00+02:00", "duration_minutes": 45,
+}
+PASSWORD = "correct horse battery staple"
+
+
+def demo_toolspec_data(*, name: str) -> dict:
+    """A deep copy of one of the demo ToolSpecs' fields (``specs_app.demo``)."""
+    return copy.deepcopy(next(d for d in DEMO_TOOLSPECS if d["name"] == name))
+
+
+def make_demo_spec(*, name: str, version: int = 1, copy_as: str | None = None, four_eyes: bool = False,
+                   **overrides) -> ToolSpec:
+    """Publish ``version`` of the demo ToolSpec ``name`` (API.md), creating its capabilities.
+
+    ``copy_as`` publishes it under another name; ``four_eyes`` adds ``four_eyes_resolution`` to
+    its confirmation policy; other keywords replace fields (``expired_key_policy=...``).
+    """
+    data = demo_toolspec_data(name=name)
+    if four_eyes:
+        data["confirmation_policy"] = {**data.get("confirmation_policy", {}), "four_eyes_resolution": True}
+    data.update(overrides, **({"name": copy_as} if copy_as else {}))
+    for entry in data["required_capabilities"]:
+        make_capability(name=entry["capability"], operation_class=DEMO_CAPABILITIES[entry["capability"]])
+    return toolspec_publish(spec=ToolSpec.objects.create(version=version, **data))
+
+
+CALENDAR_ID_NORMALIZER = {"pointer": "/calendar_id", "normalizer": "identifier", "options": {"trim": True, "casefold": True}}
+
+
+def make_calendar_spec(*, confirm_seconds: int | None = 60, open_schema: bool = False,
+                       side_effect_class: str = "write_idempotent", **extra) -> ToolSpec:
+    """A small ``calendar.create_event@1`` (``calendar_id``, ``title``) needing calendar.write on /calendar_id.
+
+    Closed schema (default): both properties required, nothing else, ``calendar_id`` trimmed and
+    casefolded. ``open_schema``: only ``calendar_id`` required, extra properties let through and
+    no normalizer (so a claimed identity in the arguments reaches admission).
+    ``confirm_seconds``: a human must confirm within that many seconds; ``None``: no confirmation policy.
+    Other keywords go to ``make_toolspec`` (``executor=...``).
+    """
+    make_capability(name="calendar.write", operation_class="create")
+    if confirm_seconds is not None:
+        extra["confirmation_policy"] = {"required": True, "expires_seconds": confirm_seconds}
+    return make_toolspec(
+        name="calendar.create_event",
+        schema={
+            "$schema": DIALECT,
+            "type": "object",
+            "properties": {"calendar_id": {"type": "string"}, "title": {"type": "string"}},
+            "required": ["calendar_id"] if open_schema else ["calendar_id", "title"],
+            "additionalProperties": open_schema,
+        },
+        normalizers=[] if open_schema else [CALENDAR_ID_NORMALIZER],
+        side_effect_class=side_effect_class,
+        required_capabilities=[{"capability": "calendar.write", "resource_pointer": "/calendar_id"}],
+        **extra,
+    )
+
+
 def make_capability(*, name: str, operation_class: str = "read") -> Capability:
     return Capability.objects.get_or_create(name=name, defaults={"operation_class": operation_class})[0]
 
@@ -117,3 +208,216 @@ class Agent:
         if arguments is not None:
             body["arguments"] = arguments
         return self.post(f"/api/v1/model-calls/{model_call_id}/proposals", body)
+
+
+def make_staff(*, username: str, superuser: bool = False) -> User:
+    """A staff user (or superuser) who signs in with ``PASSWORD``."""
+    if superuser:
+        return User.objects.create_superuser(username, f"{username}@example.invalid", PASSWORD)
+    return User.objects.create_user(username, f"{username}@example.invalid", PASSWORD, is_staff=True)
+
+
+def admit_proposal(*, subject: Subject, spec: ToolSpec, arguments: dict, timezone_name: str = "Europe/Paris") -> Invocation:
+    """One model call showing ``spec`` and one proposal of ``arguments``, through the admission service."""
+    run = runs.run_create(subject=subject, budgets={}, timezone_name=timezone_name, locale="en-US", metadata={}, trace=None)
+    call = runs.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    invocation, _ = admission.proposal_admit(
+        model_call=call, subject=subject, proposal_id="call_1", name=spec.ref,
+        arguments_bytes=json.dumps(arguments).encode(),
+    )
+    return invocation
+
+
+def fresh(inv: Invocation) -> Invocation:
+    """The invocation as stored now."""
+    return Invocation.objects.select_related("tool_spec", "proposal").get(pk=inv.pk)
+
+
+# --- worlds ------------------------------------------------------------------------------------
+
+
+class PlantedWorld:
+    """One tenant, subject, run and model call; ``invocation()`` plants one call with its timestamps.
+
+    Rows are written directly (the way a history looks, not how the services build it).
+    """
+
+    def __init__(self):
+        self.now = timezone.now()
+        self.tenant = make_tenant(slug="acme")
+        self.subject = make_subject(tenant=self.tenant, name="planner")
+        self.weather = make_demo_spec(name="weather.get_forecast")
+        self.calendar = make_demo_spec(name="calendar.create_event")
+        self.run = self.make_run()
+        self.call = ModelCall.objects.create(run=self.run, span_id="0" * 16)
+        self._n = 0
+
+    def make_run(self, *, status: str = Run.Status.ACTIVE, ended_ago: timedelta | None = None, reason: str = "") -> Run:
+        run = Run.objects.create(tenant=self.tenant, subject=self.subject, trace_id="1" * 32, status=status, end_reason=reason,
+                                 ended_at=self.now - ended_ago if ended_ago is not None else None)
+        return run
+
+    def invocation(self, state: str, *, spec: ToolSpec | None = None, ago: timedelta = timedelta(hours=2),
+                   attempts: tuple[str, ...] = ()) -> Invocation:
+        """``attempts``: one failure class per attempt ("" = ended fine, "running" = not ended)."""
+        self._n += 1
+        spec = spec or self.weather
+        proposal = Proposal.objects.create(model_call=self.call, proposal_id=f"call_{self._n}", name=spec.ref,
+                                           arguments_bytes=b"{}", span_id="2" * 16)
+        with transaction.atomic(), birth_guard_suspended(connection):  # a history's end state, without the history
+            inv = Invocation.objects.create(
+                proposal=proposal, run=self.run, model_call=self.call, tenant=self.tenant, subject=self.subject, tool_spec=spec,
+                tool_name=spec.name, tool_version=spec.version, state=state, trace_id="1" * 32, span_id="3" * 16,
+            )
+        created = self.now - ago
+        Invocation.objects.filter(pk=inv.pk).update(created_at=created)  # auto_now_add: set it afterwards
+        inv.created_at = created
+        for number, failure in enumerate(attempts, start=1):
+            started = created + timedelta(seconds=number)
+            Attempt.objects.create(
+                invocation=inv, tool_spec=inv.tool_spec, number=number, span_id=f"{number:016x}", started_at=started,
+                ended_at=None if failure == "running" else started + timedelta(milliseconds=300),
+                failure_class="" if failure == "running" else failure,
+            )
+        return inv
+
+    def pending_confirmation(self, inv: Invocation, *, ago: timedelta) -> Confirmation:
+        confirmation = Confirmation.objects.create(
+            invocation=inv, tool_spec=inv.tool_spec, tenant=self.tenant, subject=self.subject, run=self.run, digest="d" * 64,
+            arguments={}, expires_at=self.now + timedelta(minutes=15),
+        )
+        Confirmation.objects.filter(pk=confirmation.pk).update(created_at=self.now - ago)
+        return confirmation
+
+
+# In-process executors for ``ServiceWorld`` (ToolSpec.executor = {"kind": "python", ...}).
+HERE = __name__
+
+
+def forecast(arguments, ctx):
+    return {"city": arguments["city"], "date": arguments["date"], "sky": "clear"}
+
+
+def calendar_create(arguments, ctx):
+    """Succeeds, except titles starting with reject / lost / flaky (business refusal, no answer, 503)."""
+    title = arguments["title"]
+    if title.startswith("reject"):
+        return ExecutionOutcome(commit=Commit.NOT_COMMITTED, failure_class="business_rejected",
+                                error={"code": "business_rejected", "message": "the calendar refused"})
+    if title.startswith("lost"):
+        return ExecutionOutcome(commit=Commit.UNKNOWN, failure_class="timeout_unknown",
+                                error={"code": "outcome_unknown", "message": "no answer"})
+    if title.startswith("flaky"):
+        return ExecutionOutcome(commit=Commit.NOT_COMMITTED, failure_class="transient",
+                                error={"code": "transient", "message": "503"})
+    return ExecutionOutcome(commit=Commit.COMMITTED, value={"id": f"evt_{ctx.invocation_id[:8]}"},
+                            external_resource_id=f"evt_{ctx.invocation_id[:8]}")
+
+
+def calendar_lookup(arguments, ctx):
+    return LookupOutcome(committed=True, external_resource_id="evt_found", value={"id": "evt_found"})
+
+
+def _published(name: str) -> ToolSpec | None:
+    return ToolSpec.objects.filter(name=name, version=1).first()
+
+
+class ServiceWorld:
+    """Three tools (published once), a subject holding grants, one without any, a run + model call each.
+
+    Everything goes through the services; execution runs in this process with the ``python``
+    executors above (``execute`` claims and runs one attempt).
+    """
+
+    def __init__(self, *, user):
+        self.user = user
+        self.weather = _published("weather.get_forecast") or make_toolspec(
+            executor={"kind": "python", "callable": f"{HERE}.forecast"},
+        )
+        self.alerts = _published("weather.get_alerts") or make_toolspec(  # read-only, but a human must confirm it
+            name="weather.get_alerts", executor={"kind": "python", "callable": f"{HERE}.forecast"},
+            confirmation_policy={"required": True, "expires_seconds": 600},
+        )
+        self.calendar = _published("calendar.create_event") or make_calendar_spec(
+            confirm_seconds=600,
+            executor={"kind": "python", "callable": f"{HERE}.calendar_create", "lookup": f"{HERE}.calendar_lookup"},
+        )
+        self.subject = make_subject()
+        make_grant(subject=self.subject)  # weather.read, any city
+        make_grant(subject=self.subject, capability="calendar.write", operation_class="create")
+        self.stranger = make_subject(tenant=self.subject.tenant)  # holds no grant
+        refs = [self.weather.ref, self.alerts.ref, self.calendar.ref]
+        self.call = self._call(self.subject, refs)
+        self.stranger_call = self._call(self.stranger, refs)
+        self._n = 0
+
+    @staticmethod
+    def _call(subject, refs):
+        run = runs.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US",
+                                  metadata={}, trace=None)
+        return runs.model_call_create(run=run, tool_refs=refs, fmt="openai", context=[])
+
+    def propose(self, name: str, arguments, *, stranger: bool = False, key: str | None = None, expect_new: bool = True):
+        self._n += 1
+        raw = arguments if isinstance(arguments, bytes) else (
+            arguments.encode() if isinstance(arguments, str) else json.dumps(arguments).encode()
+        )
+        inv, created = admission.proposal_admit(
+            model_call=self.stranger_call if stranger else self.call, subject=self.stranger if stranger else self.subject,
+            proposal_id=f"call_{self._n}", name=name, arguments_bytes=raw, idempotency_key=key,
+        )
+        assert created is expect_new
+        return inv
+
+    def write(self, title: str, **kw):
+        return self.propose(self.calendar.ref, {"calendar_id": " Primary ", "title": title}, **kw)
+
+    def pending(self, inv) -> Confirmation:
+        return Confirmation.objects.get(invocation=inv, state="pending")
+
+    def approve(self, inv):
+        confirmation_approve(confirmation=self.pending(inv), user=self.user, digest_seen=inv.digest, reason="ok")
+        return fresh(inv)
+
+    def execute(self, inv):
+        claimed = execution_claim(invocation_id=inv.pk)
+        assert claimed is not None, f"nothing to claim in {fresh(inv).state}"
+        execution_run(invocation=claimed[0], attempt=claimed[1])
+        return fresh(inv)
+
+
+class RunWorld:
+    """One subject, one run and one model call that sees ``spec`` (an account + amount tool such
+    as the ledger.spend of tests/invocations/test_limits_race.py); ``amount``: each call's default;
+    ``subject``: another run of an existing subject (a new subject by default)."""
+
+    def __init__(self, *, spec: ToolSpec, amount: int, subject: Subject | None = None):
+        self.spec, self.amount = spec, amount
+        self.subject = subject or make_subject()
+        self.run = runs.run_create(subject=self.subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+        self.call = runs.model_call_create(run=self.run, tool_refs=[spec.ref], fmt="openai", context=[])
+
+    def validated(self, n: int, *, amount: int | None = None) -> list[Invocation]:
+        """``n`` invocations inserted straight in VALIDATED (an INSERT is not a guarded transition)."""
+        arguments = {"account": "acct_1", "amount_minor": self.amount if amount is None else amount}
+        out = []
+        for _ in range(n):
+            proposal = Proposal.objects.create(
+                model_call=self.call, proposal_id=f"race_{uuid.uuid4().hex}", name=self.spec.ref,
+                arguments_bytes=json.dumps(arguments).encode(), span_id="b" * 16,
+            )
+            out.append(Invocation.objects.create(
+                proposal=proposal, run=self.run, model_call=self.call, tenant=self.subject.tenant, subject=self.subject,
+                tool_spec=self.spec, tool_name=self.spec.name, tool_version=self.spec.version, state=State.VALIDATED,
+                event_seq=0, normalized_arguments=arguments,
+                digest=hashlib.sha256(f"{self.subject.tenant.slug}|{self.spec.ref}|{json.dumps(arguments)}".encode()).hexdigest(),
+                idempotency_key=f"{self.run.pk}:{proposal.proposal_id}", trace_id=self.run.trace_id, span_id="c" * 16,
+            ))
+        return out
+
+    def grant(self, limits: dict, **kw):
+        return make_grant(subject=self.subject, capability="ledger.spend", operation_class="create", limits=limits, **kw)
+
+    def snapshot(self, grant):
+        return next(s for s in grant_snapshots(tenant=self.subject.tenant, subject=self.subject, capabilities=[grant.capability.name])
+                    if s.grant_id == str(grant.pk))

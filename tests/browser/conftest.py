@@ -5,12 +5,10 @@ ORM calls from the test body (SynchronousOnlyOperation). The ``browser`` fixture
 while it is alive and restores the environment afterwards, so tests outside this package keep
 Django's guard.
 
-The data helpers here (``make_calendar_spec``, ``propose``, ``make_staff``) are shared with the
-test-client tests in ``tests/invocations/test_console.py``.
+The data builders (``make_demo_spec``, ``admit_proposal``, ``make_staff``) live in ``tests.builders``.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
@@ -18,53 +16,17 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from invocations_app.models import Invocation
-from invocations_app.admission import proposal_admit
-from invocations_app.runs import model_call_create, run_create
-from specs_app.demo import DEMO_TOOLSPECS
-from specs_app.models import Subject, ToolSpec
-from specs_app.services import toolspec_publish
-from tests.builders import make_capability
+from tests.builders import PASSWORD
 from tests.conftest import require
 
 CHROMIUM = Path("/usr/bin/chromium")
-PASSWORD = "correct horse battery staple"
-DEMO_CAPABILITIES = {"calendar.write": "create", "payments.transfer": "create", "weather.read": "read", "web.read": "read"}
 
 
-# --- data ------------------------------------------------------------------------------------
-
-def make_demo_spec(name: str) -> ToolSpec:
-    """Publish version 1 of one of the demo ToolSpecs (API.md), with its capability."""
-    data = next(d for d in DEMO_TOOLSPECS if d["name"] == name)
-    for entry in data["required_capabilities"]:
-        make_capability(name=entry["capability"], operation_class=DEMO_CAPABILITIES[entry["capability"]])
-    return toolspec_publish(spec=ToolSpec.objects.create(version=1, **data))
-
-
-def make_calendar_spec() -> ToolSpec:
-    """``calendar.create_event@1``: write_idempotent, confirmation required (900 s), needs calendar.write."""
-    return make_demo_spec("calendar.create_event")
-
-
-def propose(subject: Subject, spec: ToolSpec, arguments: dict, *, timezone_name: str = "Europe/Paris") -> Invocation:
-    """One model call showing ``spec`` and one proposal of ``arguments`` through the admission service."""
-    run = run_create(subject=subject, budgets={}, timezone_name=timezone_name, locale="en-US", metadata={}, trace=None)
-    call = model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
-    invocation, _ = proposal_admit(
-        model_call=call, subject=subject, proposal_id="call_1", name=spec.ref,
-        arguments_bytes=json.dumps(arguments).encode(),
-    )
-    return invocation
-
-
-def make_staff(username: str, *, superuser: bool = False) -> User:
-    if superuser:
-        return User.objects.create_superuser(username, f"{username}@example.invalid", PASSWORD)
-    return User.objects.create_user(username, f"{username}@example.invalid", PASSWORD, is_staff=True)
-
-
-CALENDAR_ARGS = {"calendar_id": "primary", "title": "Quarterly planning", "start": "2026-07-21T09:00:00+02:00", "duration_minutes": 45}
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """Staff sign in with a password; Django's PBKDF2 spends ~0.2 s of CPU per hash by design
+    (once at creation, once per login). Nothing here tests the hasher."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 # --- browser ---------------------------------------------------------------------------------

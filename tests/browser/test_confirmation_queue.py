@@ -9,8 +9,9 @@ from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Confirmation
-from tests.browser.conftest import CALENDAR_ARGS, make_calendar_spec, make_demo_spec, make_staff, propose
-from tests.builders import make_grant, make_subject, make_tenant
+from tests.builders import (
+    CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant,
+)
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.browser
@@ -21,7 +22,7 @@ SCREENSHOT = REPO_ROOT / "docs" / "confirmation-queue.png"
 
 @pytest.fixture
 def calendar():
-    return make_calendar_spec()
+    return make_demo_spec(name="calendar.create_event")
 
 
 @pytest.fixture
@@ -33,13 +34,13 @@ def planner():
 
 @pytest.fixture
 def pending(calendar, planner) -> Confirmation:
-    invocation = propose(planner, calendar, CALENDAR_ARGS)
+    invocation = admit_proposal(subject=planner, spec=calendar, arguments=CALENDAR_ARGS)
     assert invocation.state == "AUTHORIZED", invocation.error_message
     return Confirmation.objects.select_related("invocation").get(invocation=invocation, state="pending")
 
 
 def test_it_lets_an_approver_approve_the_pending_calendar_call(login, live_server, calendar, planner, pending):
-    approver = make_staff("approver")
+    approver = make_staff(username="approver")
     assign_perm("specs_app.approve_toolspec", approver, calendar)
     page = login(approver)
     page.goto(live_server.url + QUEUE)
@@ -60,7 +61,7 @@ def test_it_lets_an_approver_approve_the_pending_calendar_call(login, live_serve
     expect(page.get_by_test_id("pending-count")).to_have_text("1")
 
     # The live count: a call proposed while the page is open shows up within one poll (5 s).
-    propose(planner, calendar, {**CALENDAR_ARGS, "title": "Board review"})
+    admit_proposal(subject=planner, spec=calendar, arguments={**CALENDAR_ARGS, "title": "Board review"})
     expect(page.get_by_test_id("pending-count")).to_have_text("2", timeout=12_000)
     expect(page.get_by_test_id("queue-changed")).to_be_visible()
 
@@ -78,7 +79,7 @@ def test_it_lets_an_approver_approve_the_pending_calendar_call(login, live_serve
 
 
 def test_it_shows_an_empty_queue_without_the_permission_and_refuses_a_forged_post(login, live_server, pending):
-    stranger = make_staff("stranger")
+    stranger = make_staff(username="stranger")
     page = login(stranger)
     page.goto(live_server.url + QUEUE)
     expect(page.get_by_test_id("queue-empty")).to_be_visible()
@@ -106,16 +107,19 @@ def test_it_shows_an_empty_queue_without_the_permission_and_refuses_a_forged_pos
 def test_it_saves_a_screenshot_of_the_queue_for_the_readme(login, live_server, calendar, planner, pending):
     globex = make_subject(tenant=make_tenant(slug="globex"), name="assistant")
     make_grant(subject=globex, capability="calendar.write", operation_class="create")
-    payments = make_demo_spec("payments.transfer")
+    payments = make_demo_spec(name="payments.transfer")
     finance = make_subject(tenant=planner.tenant, name="finance-bot")
     make_grant(subject=finance, capability="payments.transfer", operation_class="create",
                limits={"max_amount_per_call": 500_000})
-    propose(globex, calendar, {"calendar_id": "Team-Offsite", "title": "Offsite logistics call",
-                               "start": "tomorrow 14:30", "duration_minutes": 30}, timezone_name="America/New_York")
-    propose(finance, payments, {"to_account": "acme-supplier-42", "amount": {"amount": "1250.00", "currency": "EUR"},
-                                "memo": "Invoice 2026-117"})
-    denied = Confirmation.objects.get(invocation=propose(planner, calendar, {**CALENDAR_ARGS, "title": "Lunch"}))
-    ops = make_staff("ops", superuser=True)
+    admit_proposal(subject=globex, spec=calendar, timezone_name="America/New_York", arguments={
+        "calendar_id": "Team-Offsite", "title": "Offsite logistics call", "start": "tomorrow 14:30", "duration_minutes": 30,
+    })
+    admit_proposal(subject=finance, spec=payments, arguments={
+        "to_account": "acme-supplier-42", "amount": {"amount": "1250.00", "currency": "EUR"}, "memo": "Invoice 2026-117",
+    })
+    lunch = admit_proposal(subject=planner, spec=calendar, arguments={**CALENDAR_ARGS, "title": "Lunch"})
+    denied = Confirmation.objects.get(invocation=lunch)
+    ops = make_staff(username="ops", superuser=True)
     from invocations_app.confirmations import confirmation_deny
 
     confirmation_deny(confirmation=denied, user=ops, reason="duplicate of an existing event")

@@ -6,8 +6,7 @@ from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from specs_app.models import Grant, GrantChange
-from tests.browser.conftest import make_demo_spec, make_staff, propose
-from tests.builders import make_grant, make_subject, make_tenant
+from tests.builders import admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
 
 pytestmark = pytest.mark.browser
 
@@ -16,7 +15,7 @@ FORECAST = {"city": "Paris", "date": "2026-07-20"}
 
 @pytest.fixture
 def weather():
-    return make_demo_spec("weather.get_forecast")  # read-only, needs weather.read
+    return make_demo_spec(name="weather.get_forecast")  # read-only, needs weather.read
 
 
 @pytest.fixture
@@ -25,10 +24,10 @@ def planner():
 
 
 def test_it_lets_an_admin_grant_a_capability_and_the_next_proposal_is_allowed(login, live_server, weather, planner):
-    before = propose(planner, weather, FORECAST)
+    before = admit_proposal(subject=planner, spec=weather, arguments=FORECAST)
     assert before.state == "AUTHORIZATION_REJECTED" and before.error_code == "authorization_denied"
 
-    admin = make_staff("root", superuser=True)
+    admin = make_staff(username="root", superuser=True)
     page = login(admin)
     page.goto(f"{live_server.url}/specs_app/grant/add/")
     page.select_option("#id_capability", label="weather.read (read)")
@@ -48,7 +47,7 @@ def test_it_lets_an_admin_grant_a_capability_and_the_next_proposal_is_allowed(lo
     assert grant.limits == {"calls_per_minute": 10}
     assert list(GrantChange.objects.filter(grant=grant).values_list("action", "actor__username")) == [("granted", "root")]
 
-    after = propose(planner, weather, FORECAST)
+    after = admit_proposal(subject=planner, spec=weather, arguments=FORECAST)
     assert after.state == "AUTHORIZED", after.error_message
     assert after.authorization["decision"] == "allow"
 
@@ -56,8 +55,8 @@ def test_it_lets_an_admin_grant_a_capability_and_the_next_proposal_is_allowed(lo
 def test_it_lets_a_tenant_admin_revoke_with_a_reason_in_the_browser(login, live_server, weather, planner):
     grant = make_grant(subject=planner)  # weather.read, any city
     other = make_grant(subject=make_subject(tenant=make_tenant(slug="globex")))
-    assert propose(planner, weather, FORECAST).state == "AUTHORIZED"
-    tenant_admin = make_staff("acme-admin")
+    assert admit_proposal(subject=planner, spec=weather, arguments=FORECAST).state == "AUTHORIZED"
+    tenant_admin = make_staff(username="acme-admin")
     assign_perm("specs_app.manage_grants_tenant", tenant_admin, planner.tenant)
 
     page = login(tenant_admin)
@@ -72,4 +71,4 @@ def test_it_lets_a_tenant_admin_revoke_with_a_reason_in_the_browser(login, live_
     grant.refresh_from_db()
     assert grant.revoked_by == tenant_admin and grant.revoke_reason == "planner retired"
     assert Grant.objects.get(pk=other.pk).revoked_at is None
-    assert propose(planner, weather, FORECAST).state == "AUTHORIZATION_REJECTED"
+    assert admit_proposal(subject=planner, spec=weather, arguments=FORECAST).state == "AUTHORIZATION_REJECTED"

@@ -13,10 +13,10 @@ from playwright.sync_api import expect
 from invocations_app.models import Event, ToolMessage
 from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import event_append
-from tests.browser.conftest import CALENDAR_ARGS, PASSWORD, make_staff
+from tests.builders import CALENDAR_ARGS, PASSWORD, make_demo_spec, make_staff
 from tests.conftest import REPO_ROOT
 from tests.invocations.test_support_console import (
-    PAYMENT_ARGS, make_finance_agent, make_planner, make_spec, make_unknown,
+    PAYMENT_ARGS, make_finance_agent, make_planner, make_unknown,
 )
 
 pytestmark = pytest.mark.browser
@@ -28,7 +28,7 @@ RECORD_SHOT = REPO_ROOT / "docs" / "call-record.png"
 
 @pytest.fixture
 def payments():
-    return make_spec("payments.transfer")
+    return make_demo_spec(name="payments.transfer")
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def forged_post(page, url: str, form: dict) -> tuple[int, str]:
 
 def test_it_lets_support_look_up_then_mark_an_unknown_transfer_not_committed(login, live_server, payments, finance):
     unknown = make_unknown(finance, payments, PAYMENT_ARGS)
-    support = make_staff("support")
+    support = make_staff(username="support")
     assign_perm("specs_app.resolve_toolspec", support, payments)
     page = login(support)
     page.goto(live_server.url + QUEUE)
@@ -134,8 +134,8 @@ def test_it_lets_support_look_up_then_mark_an_unknown_transfer_not_committed(log
 
 def test_it_hides_the_call_from_a_user_without_resolve_and_refuses_their_posts(login, live_server, payments, finance):
     unknown = make_unknown(finance, payments, PAYMENT_ARGS)
-    stranger = make_staff("stranger")
-    assign_perm("specs_app.approve_toolspec", stranger, make_spec("calendar.create_event"))
+    stranger = make_staff(username="stranger")
+    assign_perm("specs_app.approve_toolspec", stranger, make_demo_spec(name="calendar.create_event"))
     page = login(stranger)
     page.goto(live_server.url + QUEUE)
     expect(page.get_by_test_id("queue-empty")).to_be_visible()
@@ -155,9 +155,9 @@ def test_it_hides_the_call_from_a_user_without_resolve_and_refuses_their_posts(l
 
 
 def test_it_needs_a_second_person_to_finish_a_four_eyes_resolution(browser, login, live_server, finance):
-    spec = make_spec("payments.transfer", four_eyes=True)
+    spec = make_demo_spec(name="payments.transfer", four_eyes=True)
     unknown = make_unknown(finance, spec, PAYMENT_ARGS)
-    alice, bob = make_staff("alice"), make_staff("bob")
+    alice, bob = make_staff(username="alice"), make_staff(username="bob")
     for user in (alice, bob):
         assign_perm("specs_app.resolve_toolspec", user, spec)
 
@@ -210,11 +210,11 @@ def minutes_ago(minutes: float):
 def test_it_saves_a_screenshot_of_the_queue_for_the_readme(login, live_server, payments, finance):
     from invocations_app.resolutions import resolution_lookup, resolution_mark_not_committed
 
-    calendar = make_spec("calendar.create_event")
-    careful = make_spec("payments.transfer", four_eyes=True, version=2)
+    calendar = make_demo_spec(name="calendar.create_event")
+    careful = make_demo_spec(name="payments.transfer", four_eyes=True, version=2)
     planner = make_planner()
     payroll = make_finance_agent(tenant_slug="initech", name="payroll-bot")
-    alice = make_staff("alice")
+    alice = make_staff(username="alice")
     for spec in (payments, careful):
         assign_perm("specs_app.resolve_toolspec", alice, spec)
 
@@ -243,7 +243,7 @@ def test_it_saves_a_screenshot_of_the_queue_for_the_readme(login, live_server, p
                                                  "memo": "Refund 31"})
         run_finish(run=ended.run, reason="wall-clock budget exhausted")
 
-    ops = make_staff("ops", superuser=True)
+    ops = make_staff(username="ops", superuser=True)
     page = login(ops)
     page.goto(live_server.url + QUEUE)
     expect(page.get_by_test_id("unknown-row")).to_have_count(5)

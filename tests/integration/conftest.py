@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,13 +62,21 @@ class DemoServices:
 
 
 class Worker:
-    """A real ``celery worker -B`` process on its own queue, logging to a file."""
+    """A real ``celery worker -B`` process on its own queue, logging to a file.
+
+    One worker serves every test of a module (``module_worker``); ``mark()`` starts a test's
+    view of the log, so ``output()`` and the waits read only what happened since.
+    """
+
+    # What the beat of CELERY_BEAT_SCHEDULE sends (toolops/settings.py).
+    BEAT_TASKS = ("invocations.enqueue_due", "invocations.reconcile", "invocations.confirmations_expire_due")
 
     def __init__(self, env: dict, log_path: Path):
-        self.env, self.log_path, self.proc = env, log_path, None
+        self.env, self.log_path, self.proc, self.log, self.offset = env, log_path, None, None, 0
 
     def start(self) -> "Worker":
         self.log = open(self.log_path, "ab")
+        self.offset = self.log_path.stat().st_size
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "toolops", "worker", "-B", "--loglevel=INFO", "--concurrency=2",
              "-Q", self.env["TOOLOPS_QUEUE"], "--without-gossip", "--without-mingle", "-n", f"w{uuid.uuid4().hex[:6]}@%h",
@@ -76,12 +85,20 @@ class Worker:
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            if b"ready." in self.log_path.read_bytes():
+            if b"ready." in self._log_bytes():
                 return self
             if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited: {self.log_path.read_text()[-3000:]}")
+                raise RuntimeError(f"worker exited: {self.output()[-3000:]}")
             time.sleep(0.2)
         raise RuntimeError("worker did not become ready in 60 s")
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def mark(self) -> None:
+        """From now on ``output()`` and the waits see only what the worker logs after this point."""
+        self.offset = self.log_path.stat().st_size
 
     def child_pids(self) -> list[int]:
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
@@ -93,58 +110,156 @@ class Worker:
             os.kill(pid, signal.SIGKILL)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
+        if self.running:
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-        self.log.close()
+                self.proc.wait(timeout=20)
+        if self.log:
+            self.log.close()
+            self.log = None
+
+    def _log_bytes(self) -> bytes:
+        with open(self.log_path, "rb") as f:
+            f.seek(self.offset)
+            return f.read()
 
     def output(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        """The log since the last ``mark()`` (the current test's part)."""
+        return self._log_bytes().decode(errors="replace")
+
+    def wait_for_beat(self, *tasks: str, timeout: float = 30.0) -> None:
+        """Wait until each of ``tasks`` was sent by the beat *after this call* and finished.
+
+        A condition instead of a sleep: "the beat ran again and did nothing" is then a fact
+        read from the worker's own log, not a hope that N seconds were enough.
+        """
+        unknown = set(tasks) - set(self.BEAT_TASKS)
+        assert not unknown, f"not beat tasks: {unknown}"
+        since = self.log_path.stat().st_size
+
+        def finished() -> bool:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                text = f.read().decode(errors="replace")
+            for task in tasks:
+                received = set(re.findall(rf"Task {re.escape(task)}\[([0-9a-f-]+)\] received", text))
+                done = set(re.findall(rf"Task {re.escape(task)}\[([0-9a-f-]+)\] succeeded", text))
+                if not received & done:
+                    return False
+            return True
+
+        wait_for(finished, timeout=timeout, interval=0.1)
 
 
-@pytest.fixture
-def worker_env(demo_services, tmp_path, settings, django_db_setup):
-    require_postgres()
-    redis_url = require_redis()
-    from tests.conftest import require
-
-    require(settings.CELERY_BROKER_URL.startswith("redis"), "needs a Redis broker: CELERY_BROKER_URL=redis://...")
-    from django.db import connection
-
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    db = settings.DATABASES["default"]
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{connection.settings_dict['NAME']}",
-        "REDIS_URL": redis_url,
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "TOOLOPS_QUEUE": queue,
-        "TOOLOPS_DEMO_SERVICES_URL": demo_services.base,
-        "TOOLOPS_TOOL_SECRETS": json.dumps(settings.TOOLOPS_TOOL_SECRETS),
-        "TOOLOPS_VAR_DIR": str(tmp_path / "var"),
-    }
-    settings.TOOLOPS_DEMO_SERVICES_URL = demo_services.base
-    demo_services.reset()
-    # Messages left by earlier tests (enqueued with no worker running) must not run now.
+def _purge(queue: str) -> None:
+    """Messages left by earlier tests (enqueued with no worker running) must not run now."""
     from toolops.celery import app
 
     with app.connection_for_write() as conn:
         conn.default_channel.queue_purge(queue)
-    yield env
+
+
+@pytest.fixture(scope="module")
+def module_worker(demo_services, django_db_setup, tmp_path_factory):
+    """One real worker for all the tests of a module (starting one costs ~2 s), on the test database.
+
+    Built here, started by the first test that asks for ``worker`` and stopped for a test that
+    does not (``_no_worker_unless_asked``); ``pytest_collection_modifyitems`` below runs a
+    module's worker-free tests first, so each module starts its worker once.
+
+    Isolation between the tests sharing it: pytest-django flushes every table after each
+    (transactional) test — the worker talks to the same test database and only ever sees
+    committed rows — and ``worker_env`` purges the queue and resets the demo services before
+    the next one. Nothing here touches the database (only its name is read), so no
+    ``django_db_blocker`` is needed. The worker's per-process caches survive between tests; they
+    hold SQL plans and clients, never rows a flush removes.
+    """
+    from django.conf import settings
+    from django.db import connection
+
+    db = settings.DATABASES["default"]
+    tmp = tmp_path_factory.mktemp("worker")
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{connection.settings_dict['NAME']}",
+        "REDIS_URL": settings.REDIS_URL,
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "TOOLOPS_QUEUE": settings.CELERY_TASK_DEFAULT_QUEUE,
+        "TOOLOPS_DEMO_SERVICES_URL": demo_services.base,
+        "TOOLOPS_TOOL_SECRETS": json.dumps(settings.TOOLOPS_TOOL_SECRETS),
+        "TOOLOPS_VAR_DIR": str(tmp / "var"),
+    }
+    w = Worker(env, tmp / "worker.log")
+    yield w
+    w.stop()
 
 
 @pytest.fixture
-def worker(worker_env, tmp_path, transactional_db):
-    w = Worker(worker_env, tmp_path / "worker.log").start()
-    yield w
-    w.stop()
+def worker_env(module_worker, demo_services, settings, transactional_db):
+    """A clean slate for one worker test: real services required, demo services reset, queue purged."""
+    require_postgres()
+    require_redis()
+    from tests.conftest import require
+
+    require(settings.CELERY_BROKER_URL.startswith("redis"), "needs a Redis broker: CELERY_BROKER_URL=redis://...")
+    settings.TOOLOPS_DEMO_SERVICES_URL = demo_services.base
+    demo_services.reset()
+    _purge(settings.CELERY_TASK_DEFAULT_QUEUE)
+    yield module_worker.env
+
+
+@pytest.fixture
+def worker(request, module_worker, worker_env):
+    """The module's worker, running (started, or restarted if it died), its log marked for this test."""
+    if not module_worker.running:
+        module_worker.stop()  # closes the log of a worker that died
+        module_worker.start()
+    module_worker.mark()
+    yield module_worker
     # Shown by pytest when a test fails; the periodic beat chatter is left out.
     noise = ("Scheduler: Sending", "invocations.enqueue_due", "invocations.reconcile[", "confirmations_expire_due")
-    lines = [line for line in w.output().splitlines() if not any(n in line for n in noise)]
+    lines = [line for line in module_worker.output().splitlines() if not any(n in line for n in noise)]
     print("---- worker log ----\n" + "\n".join(lines[-120:]))
+    if getattr(request.node, "call_failed", False):
+        # A failed test may have left work in flight: the next test gets a fresh worker.
+        module_worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_unless_asked(request):
+    """A test that does not ask for ``worker`` runs with none: what it enqueues stays queued,
+    and no beat acts on its rows (e.g. "PREPARED, no worker yet" stays PREPARED)."""
+    if "worker" not in request.fixturenames:
+        request.getfixturevalue("module_worker").stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.when == "call":
+        item.call_failed = report.failed
+
+
+def pytest_collection_modifyitems(items):
+    """Within each integration module, run the tests that want no worker first (stable order
+    otherwise), so the module's shared worker starts once and is never stopped in between.
+
+    Runs after pytest-django's own reordering (which is ``tryfirst``) and only permutes a
+    module's items among the positions they already hold.
+    """
+    here = Path(__file__).parent
+    slots: dict[Path, list[int]] = {}
+    for i, item in enumerate(items):
+        if Path(str(item.fspath)).parent == here:
+            slots.setdefault(Path(str(item.fspath)), []).append(i)
+    for positions in slots.values():
+        module_items = [items[i] for i in positions]
+        ordered = sorted(module_items, key=lambda item: "worker" in item.fixturenames)
+        for i, item in zip(positions, ordered):
+            items[i] = item
 
 
 @pytest.fixture

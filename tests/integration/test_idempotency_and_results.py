@@ -5,10 +5,8 @@ worker on Redis, the demo services over HTTP. Nothing is mocked.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import threading
-import time
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -24,10 +22,8 @@ from invocations_app.confirmations import confirmation_approve, confirmations_ex
 from invocations_app.models import (
     Attempt, Confirmation, Event, IdempotencyRecord, Invocation, Proposal, ResultBody, ToolMessage,
 )
-from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
-from specs_app.services import toolspec_publish
-from tests.builders import Agent
+from tests.builders import Agent, make_demo_spec
 
 from .conftest import wait_for
 
@@ -157,12 +153,6 @@ def _strings(node, inside_untrusted: bool = False):
             yield from _strings(value, inside_untrusted or key == "untrusted_data")
 
 
-def _calendar_spec(**overrides) -> ToolSpec:
-    data = copy.deepcopy(next(s for s in DEMO_TOOLSPECS if s["name"] == "calendar.create_event"))
-    data.update(overrides)
-    return toolspec_publish(spec=ToolSpec.objects.create(version=1, **data))
-
-
 # ============================================================================================
 # 1. Idempotency-key contract (SPEC §8, failure row 7)
 # ============================================================================================
@@ -193,7 +183,7 @@ def test_a_new_proposal_with_a_used_key_replays_the_observed_call(demo_agent, wo
     repost = _post(demo_agent, call, "call_2", CAL, CAL_ARGS_OTHER_BYTES, key=key)
     assert repost.status_code == 200 and repost.json()["id"] == first["id"]
 
-    time.sleep(2.5)  # a beat cycle: nothing may pick the replays up
+    worker.wait_for_beat("invocations.enqueue_due")  # a beat cycle: nothing may pick the replays up
     assert Invocation.objects.filter(idempotency_key=key).count() == 1
     assert Attempt.objects.filter(invocation_id=first["id"]).count() == 1
     assert [e["id"] for e in demo_services.calendar_events("primary")] == [event_id]
@@ -252,7 +242,7 @@ def test_a_key_reused_with_other_arguments_is_rejected(demo_agent):
 @pytest.mark.django_db(transaction=True)
 def test_an_expired_key_follows_the_toolspec_policy(demo_agent):
     """`reject` (the default): 422 idempotency_key_expired. `new_call`: a new invocation."""
-    new_call_spec = _calendar_spec(name="calendar.create_event2", expired_key_policy="new_call")
+    new_call_spec = make_demo_spec(name="calendar.create_event", copy_as="calendar.create_event2", expired_key_policy="new_call")
     assert ToolSpec.objects.get(name="calendar.create_event", version=1).expired_key_policy == "reject"
     key = "req-45:expiring"
     call = _model_call(demo_agent, [CAL, new_call_spec.ref])
@@ -447,7 +437,7 @@ def test_after_the_commit_cancel_is_refused_and_a_terminal_call_emits_nothing_mo
     assert Invocation.objects.get(pk=inv["id"]).cancel_requested_at is None
     assert len(demo_services.calendar_events("primary")) == 1  # the event stays
 
-    time.sleep(3)  # at least one enqueue_due and one reconcile beat cycle
+    worker.wait_for_beat("invocations.enqueue_due", "invocations.reconcile")  # nothing acts on it again
     assert _events(demo_agent, inv["id"]) == events_before
     assert Event.objects.filter(invocation_id=inv["id"]).count() == len(events_before)
     assert {fmt: _tool_message(demo_agent, inv["id"], fmt)[0] for fmt in FORMATS} == messages_before
@@ -629,11 +619,9 @@ def echo_server():
 
 
 def _echo_spec() -> ToolSpec:
-    web = copy.deepcopy(next(s for s in DEMO_TOOLSPECS if s["name"] == "web.fetch"))
-    web.update(name="web.fetch_authed", executor={
+    return make_demo_spec(name="web.fetch", copy_as="web.fetch_authed", executor={
         "kind": "http", "method": "GET", "url": "{url}", "headers": {"Authorization": "secret:DEMO_CALENDAR_TOKEN"},
     })
-    return toolspec_publish(spec=ToolSpec.objects.create(version=1, **web))
 
 
 def _run_echo(demo_agent, echo_server, path: str, proposal_id: str) -> tuple[dict, list[bytes]]:

@@ -26,14 +26,12 @@ Designed behaviour asserted here (execution.py + retry.py + runtime/execution.py
 """
 from __future__ import annotations
 
-import copy
 import json
 import os
 import re
 import signal
 import socket
 import subprocess
-import time
 from datetime import datetime
 from urllib.parse import unquote
 
@@ -42,9 +40,8 @@ from django.contrib.auth.models import User
 
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Invocation
-from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
-from specs_app.services import toolspec_publish
+from tests.builders import demo_toolspec_data, make_demo_spec
 
 from .conftest import wait_for
 
@@ -55,21 +52,16 @@ PAYMENT_ARGS = {"to_account": "acct-123", "amount": {"amount": "12.50", "currenc
 CLOSED_PORT = 9  # discard: nothing listens on loopback here (checked by `_assert_port_closed`)
 FAST_RETRY = {"initial_interval": 0.2, "backoff_coefficient": 2, "maximum_interval": 1, "maximum_attempts": 2}
 SETTLED = ("OBSERVED", "FAILED_BEFORE_COMMIT", "OUTCOME_UNKNOWN", "FAILED_AFTER_COMMIT")
-# enqueue_due runs every 2 s and reconcile every 5 s: holding this long after an invocation
-# settled gives both beat tasks at least one chance to (wrongly) act on it again.
-QUIET_SECONDS = 6
 
 
 # --- helpers --------------------------------------------------------------------------------
 
-def _spec_copy(base: str, name: str, **changes) -> ToolSpec:
-    """A published copy of a demo ToolSpec under a new name (same capabilities and grants)."""
-    data = copy.deepcopy(next(d for d in DEMO_TOOLSPECS if d["name"] == base))
-    executor = changes.pop("executor", None)
-    data.update(name=name, **changes)
+def _spec_copy(base: str, name: str, *, executor: dict | None = None, **changes) -> ToolSpec:
+    """A published copy of a demo ToolSpec under a new name (same capabilities and grants);
+    ``executor`` entries are merged into the demo's executor."""
     if executor:
-        data["executor"] = {**data["executor"], **executor}
-    return toolspec_publish(spec=ToolSpec.objects.create(version=1, **data))
+        changes["executor"] = {**demo_toolspec_data(name=base)["executor"], **executor}
+    return make_demo_spec(name=base, copy_as=name, **changes)
 
 
 def _propose(agent, tool: str, arguments: dict, *, proposal_id: str = "call_1") -> dict:
@@ -173,13 +165,14 @@ def _assert_port_closed(port: int) -> None:
             s.connect(("127.0.0.1", port))
 
 
-def _quiet_period(demo_services, service: str, invocation_id: str, state: str) -> None:
-    """Nothing more happens: same state, same number of requests, after the beat ran again."""
+def _quiet_period(worker, demo_services, service: str, invocation_id: str, state: str) -> None:
+    """Nothing more happens: same state, same requests, after both beat tasks that could (wrongly)
+    act on a settled invocation — enqueue_due and reconcile — ran again, read from the worker log."""
     def sent():  # (a delayed request's status is filled in later: compare what was sent)
         return [(r["seq"], r["method"], r["path"]) for r in demo_services.requests_log(service)]
 
     before = sent()
-    time.sleep(QUIET_SECONDS)
+    worker.wait_for_beat("invocations.enqueue_due", "invocations.reconcile")
     assert Invocation.objects.get(pk=invocation_id).state == state
     assert sent() == before
 
@@ -277,7 +270,7 @@ def test_503_on_write_unsafe_is_unknown_and_never_resent(demo_agent, worker, dem
     events = _assert_attempt_trace(demo_agent, inv["id"])
     assert "retry_scheduled" not in _kinds(events) and "reconciliation_lookup" not in _kinds(events)
     assert Invocation.objects.get(pk=inv["id"]).next_attempt_at is None  # waits for a human
-    _quiet_period(demo_services, "payments", inv["id"], "OUTCOME_UNKNOWN")
+    _quiet_period(worker, demo_services, "payments", inv["id"], "OUTCOME_UNKNOWN")
     assert [p["status"] for p in _posts(demo_services, "payments")] == [503]
     assert demo_services.transfers("acct-123") == []  # the injected 503 answered before any work
 
@@ -324,7 +317,7 @@ def test_timeout_on_write_unsafe_stays_unknown_and_pays_once(demo_agent, worker,
     events = _assert_attempt_trace(demo_agent, inv["id"])
     assert "retry_scheduled" not in _kinds(events)
     assert [e for e in events if e["kind"] == "outcome_unknown"][0]["data"]["reconcile"] is False
-    _quiet_period(demo_services, "payments", inv["id"], "OUTCOME_UNKNOWN")
+    _quiet_period(worker, demo_services, "payments", inv["id"], "OUTCOME_UNKNOWN")
     assert len(_posts(demo_services, "payments")) == 1
     assert len(demo_services.transfers("acct-123")) == 1  # it did pay — exactly once
     assert Invocation.objects.get(pk=inv["id"]).attempt_count == 1
@@ -353,7 +346,7 @@ def test_business_rejection_fails_before_commit_after_one_attempt(demo_agent, wo
     assert _tool_message(demo_agent, inv["id"], "anthropic")["is_error"] is True
     assert _tool_message(demo_agent, inv["id"], "mcp")["isError"] is True
 
-    _quiet_period(demo_services, "calendar", inv["id"], "FAILED_BEFORE_COMMIT")
+    _quiet_period(worker, demo_services, "calendar", inv["id"], "FAILED_BEFORE_COMMIT")
     assert [p["status"] for p in _posts(demo_services, "calendar")] == [422]
     assert demo_services.calendar_events("primary") == []
 
@@ -518,7 +511,7 @@ def test_sigkill_mid_attempt_on_write_unsafe_leaves_it_unknown_and_pays_once(dem
     done = _settled(demo_agent, inv["id"], timeout=60)
     assert done["state"] == "OUTCOME_UNKNOWN", done
     wait_for(lambda: demo_services.transfers("acct-123"), timeout=10)  # the server finishes its delay
-    _quiet_period(demo_services, "payments", inv["id"], "OUTCOME_UNKNOWN")
+    _quiet_period(worker, demo_services, "payments", inv["id"], "OUTCOME_UNKNOWN")
     assert len(demo_services.transfers("acct-123")) == 1  # never twice paid
     assert len(_posts(demo_services, "payments")) == 1  # never re-sent
     [attempt] = Attempt.objects.filter(invocation_id=inv["id"])

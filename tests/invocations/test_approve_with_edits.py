@@ -7,20 +7,16 @@ from django.contrib.auth.models import User
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
 from invocations_app.confirmations import StaleDigest
 from invocations_app.models import Confirmation
-from specs_app.demo import DEMO_TOOLSPECS
-from specs_app.models import ToolSpec
-from specs_app.services import toolspec_publish
-from tests.builders import make_grant
+from tests.builders import make_demo_spec, make_grant
 
 pytestmark = pytest.mark.django_db
 
-CALENDAR = next(s for s in DEMO_TOOLSPECS if s["name"] == "calendar.create_event")
 ARGS = '{"calendar_id": "primary", "title": "Passport", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}'
 
 
 @pytest.fixture
 def pending(agent):
-    spec = toolspec_publish(spec=ToolSpec.objects.create(**{**CALENDAR, "version": 1}))
+    spec = make_demo_spec(name="calendar.create_event")
     make_grant(subject=agent.subject, capability="calendar.write", operation_class="create",
                scope_kind="exact", scope_values=["primary", "work"])
     run = agent.run()

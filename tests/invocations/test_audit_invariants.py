@@ -1,7 +1,7 @@
 """`audit_invariants` (SPEC §2): it finds every kind of stored violation, and nothing in clean data.
 
 The base data is written through the real services (admission, authorization, confirmation,
-execution with in-process ``python`` executors defined here, reconciliation, cancel, approve
+execution with the in-process ``python`` executors of ``tests.builders.ServiceWorld``, reconciliation, cancel, approve
 with edits), and must audit clean. Each violation is then *planted* with raw SQL — INSERTs into
 the append-only event table (the triggers guard UPDATE/DELETE of events and forbidden state
 edges, not INSERTs) and UPDATEs of unguarded columns — exactly the kind of write that bypasses
@@ -25,128 +25,16 @@ from invocations_app import audit as audit_mod
 from invocations_app import admission, cancellation, runs
 from invocations_app.audit import KINDS, Violation, audit, parse_since
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
-from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmation_expire
-from invocations_app.execution import execution_claim, execution_run, reconcile
+from invocations_app.confirmations import confirmation_deny, confirmation_expire
+from invocations_app.execution import reconcile
 from invocations_app.models import Confirmation, Event, Invocation, Proposal
-from specs_app.models import ToolSpec
-from tests.builders import DIALECT, make_capability, make_grant, make_subject, make_toolspec
+from tests.builders import ServiceWorld, fresh
 from toolops.errors import ApplicationError
-from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome
 
 pytestmark = pytest.mark.django_db
 
-HERE = __name__
 
-
-# --- in-process executors (ToolSpec.executor = {"kind": "python", ...}) ------------------------
-
-
-def forecast(arguments, ctx):
-    return {"city": arguments["city"], "date": arguments["date"], "sky": "clear"}
-
-
-def calendar_create(arguments, ctx):
-    """Succeeds, except titles starting with reject / lost / flaky (business refusal, no answer, 503)."""
-    title = arguments["title"]
-    if title.startswith("reject"):
-        return ExecutionOutcome(commit=Commit.NOT_COMMITTED, failure_class="business_rejected",
-                                error={"code": "business_rejected", "message": "the calendar refused"})
-    if title.startswith("lost"):
-        return ExecutionOutcome(commit=Commit.UNKNOWN, failure_class="timeout_unknown",
-                                error={"code": "outcome_unknown", "message": "no answer"})
-    if title.startswith("flaky"):
-        return ExecutionOutcome(commit=Commit.NOT_COMMITTED, failure_class="transient",
-                                error={"code": "transient", "message": "503"})
-    return ExecutionOutcome(commit=Commit.COMMITTED, value={"id": f"evt_{ctx.invocation_id[:8]}"},
-                            external_resource_id=f"evt_{ctx.invocation_id[:8]}")
-
-
-def calendar_lookup(arguments, ctx):
-    return LookupOutcome(committed=True, external_resource_id="evt_found", value={"id": "evt_found"})
-
-
-# --- the legitimate world, built through the services -----------------------------------------------
-
-
-def _published(name: str) -> ToolSpec | None:
-    return ToolSpec.objects.filter(name=name, version=1).first()
-
-
-class World:
-    """Three tools (published once), a subject holding grants, one without any, a run + model call each."""
-
-    def __init__(self, user):
-        self.user = user
-        self.weather = _published("weather.get_forecast") or make_toolspec(
-            executor={"kind": "python", "callable": f"{HERE}.forecast"},
-        )
-        self.alerts = _published("weather.get_alerts") or make_toolspec(  # read-only, but a human must confirm it
-            name="weather.get_alerts", executor={"kind": "python", "callable": f"{HERE}.forecast"},
-            confirmation_policy={"required": True, "expires_seconds": 600},
-        )
-        make_capability(name="calendar.write", operation_class="create")
-        self.calendar = _published("calendar.create_event") or make_toolspec(
-            name="calendar.create_event",
-            schema={
-                "$schema": DIALECT, "type": "object",
-                "properties": {"calendar_id": {"type": "string"}, "title": {"type": "string"}},
-                "required": ["calendar_id", "title"], "additionalProperties": False,
-            },
-            normalizers=[{"pointer": "/calendar_id", "normalizer": "identifier", "options": {"trim": True, "casefold": True}}],
-            side_effect_class="write_idempotent",
-            required_capabilities=[{"capability": "calendar.write", "resource_pointer": "/calendar_id"}],
-            confirmation_policy={"required": True, "expires_seconds": 600},
-            executor={"kind": "python", "callable": f"{HERE}.calendar_create", "lookup": f"{HERE}.calendar_lookup"},
-        )
-        self.subject = make_subject()
-        make_grant(subject=self.subject)  # weather.read, any city
-        make_grant(subject=self.subject, capability="calendar.write", operation_class="create")
-        self.stranger = make_subject(tenant=self.subject.tenant)  # holds no grant
-        refs = [self.weather.ref, self.alerts.ref, self.calendar.ref]
-        self.call = self._call(self.subject, refs)
-        self.stranger_call = self._call(self.stranger, refs)
-        self._n = 0
-
-    @staticmethod
-    def _call(subject, refs):
-        run = runs.run_create(subject=subject, budgets={}, timezone_name="Asia/Shanghai", locale="en-US",
-                                  metadata={}, trace=None)
-        return runs.model_call_create(run=run, tool_refs=refs, fmt="openai", context=[])
-
-    def propose(self, name: str, arguments, *, stranger: bool = False, key: str | None = None, expect_new: bool = True):
-        self._n += 1
-        raw = arguments if isinstance(arguments, bytes) else (
-            arguments.encode() if isinstance(arguments, str) else json.dumps(arguments).encode()
-        )
-        inv, created = admission.proposal_admit(
-            model_call=self.stranger_call if stranger else self.call, subject=self.stranger if stranger else self.subject,
-            proposal_id=f"call_{self._n}", name=name, arguments_bytes=raw, idempotency_key=key,
-        )
-        assert created is expect_new
-        return inv
-
-    def write(self, title: str, **kw):
-        return self.propose(self.calendar.ref, {"calendar_id": " Primary ", "title": title}, **kw)
-
-    def pending(self, inv) -> Confirmation:
-        return Confirmation.objects.get(invocation=inv, state="pending")
-
-    def approve(self, inv):
-        confirmation_approve(confirmation=self.pending(inv), user=self.user, digest_seen=inv.digest, reason="ok")
-        return fresh(inv)
-
-    def execute(self, inv):
-        claimed = execution_claim(invocation_id=inv.pk)
-        assert claimed is not None, f"nothing to claim in {fresh(inv).state}"
-        execution_run(invocation=claimed[0], attempt=claimed[1])
-        return fresh(inv)
-
-
-def fresh(inv) -> Invocation:
-    return Invocation.objects.select_related("tool_spec", "proposal").get(pk=inv.pk)
-
-
-def build_mixed_workload(world: World) -> dict[str, Invocation]:
+def build_mixed_workload(world: ServiceWorld) -> dict[str, Invocation]:
     """Every path the services offer, ending in every state an invocation can rest in."""
     w, inv = world, {}
     inv["read_observed"] = w.execute(w.propose(w.weather.ref, '{"city": "Paris", "date": "tomorrow"}'))
@@ -212,7 +100,7 @@ def approver(django_user_model):
 
 @pytest.fixture
 def world(approver):
-    return World(approver)
+    return ServiceWorld(user=approver)
 
 
 @pytest.fixture

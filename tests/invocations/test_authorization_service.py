@@ -15,8 +15,9 @@ from rest_framework.test import APIClient
 
 from invocations_app.console.formatting import render_arguments
 from invocations_app.models import Confirmation, Invocation
-from specs_app.demo import DEMO_TOOLSPECS
-from tests.builders import DIALECT, Agent, make_capability, make_grant, make_subject, make_tenant, make_token, make_toolspec
+from tests.builders import (
+    Agent, make_calendar_spec, make_demo_spec, make_grant, make_subject, make_tenant, make_token, make_toolspec,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -40,32 +41,6 @@ def propose(agent: Agent, tool: str, arguments: str, *, run_id: str | None = Non
     resp = agent.propose(call["id"], name=tool, arguments=arguments)
     assert resp.status_code == 201, resp.content
     return resp.json()
-
-
-def open_calendar_spec(**extra):
-    """A calendar tool whose schema lets extra properties through (so a claimed identity reaches admission)."""
-    make_capability(name="calendar.write", operation_class="create")
-    return make_toolspec(
-        name="calendar.create_event",
-        schema={
-            "$schema": DIALECT,
-            "type": "object",
-            "properties": {"calendar_id": {"type": "string"}, "title": {"type": "string"}},
-            "required": ["calendar_id"],
-            "additionalProperties": True,
-        },
-        normalizers=[],
-        side_effect_class="write_idempotent",
-        required_capabilities=[{"capability": "calendar.write", "resource_pointer": "/calendar_id"}],
-        **extra,
-    )
-
-
-def demo_spec(name: str):
-    """A ToolSpec of API.md's demo set (``specs_app.demo``), published."""
-    data = dict(next(d for d in DEMO_TOOLSPECS if d["name"] == name))
-    data.pop("description")
-    return make_toolspec(schema=data.pop("input_schema"), **data)
 
 
 def calendar_grant(agent: Agent, **kw):
@@ -211,7 +186,7 @@ def test_it_denies_a_resource_outside_the_granted_scope(weather):
 
 def test_it_denies_when_the_grant_is_for_another_operation_class():
     """calendar.read (read) never stands in for a create capability of the same family."""
-    open_calendar_spec()
+    make_calendar_spec(open_schema=True, confirm_seconds=None)
     agent = new_agent()
     make_grant(subject=agent.subject, capability="calendar.read", operation_class="read")
     inv = propose(agent, "calendar.create_event@1", '{"calendar_id": "primary"}')
@@ -237,7 +212,7 @@ def _same_decision(a: dict, b: dict) -> None:
 
 
 def test_it_ignores_an_identity_claimed_in_the_arguments_when_denying():
-    open_calendar_spec()
+    make_calendar_spec(open_schema=True, confirm_seconds=None)
     agent = new_agent()
     boss = make_subject(tenant=agent.subject.tenant)
     make_grant(subject=boss, capability="calendar.write", operation_class="create", scope_kind="exact", scope_values=["primary"])
@@ -251,7 +226,7 @@ def test_it_ignores_an_identity_claimed_in_the_arguments_when_denying():
 
 
 def test_it_ignores_an_identity_claimed_in_the_arguments_when_allowing():
-    open_calendar_spec()
+    make_calendar_spec(open_schema=True, confirm_seconds=None)
     agent = new_agent()
     grant = calendar_grant(agent, scope_kind="exact", scope_values=["primary"])
     plain = propose(agent, "calendar.create_event@1", PLAIN)
@@ -263,7 +238,7 @@ def test_it_ignores_an_identity_claimed_in_the_arguments_when_allowing():
 
 
 def test_it_ignores_a_claimed_identity_even_when_only_the_claimed_subject_holds_a_grant():
-    open_calendar_spec()
+    make_calendar_spec(open_schema=True, confirm_seconds=None)
     agent = new_agent()
     boss = make_subject(tenant=agent.subject.tenant)
     make_grant(subject=boss, capability="calendar.write", operation_class="create")
@@ -278,7 +253,7 @@ def test_it_ignores_a_claimed_identity_even_when_only_the_claimed_subject_holds_
 
 
 def test_it_prepares_a_write_call_that_needs_no_confirmation():
-    open_calendar_spec()
+    make_calendar_spec(open_schema=True, confirm_seconds=None)
     agent = new_agent()
     calendar_grant(agent)
     inv = propose(agent, "calendar.create_event@1", PLAIN)
@@ -290,7 +265,7 @@ def test_it_prepares_a_write_call_that_needs_no_confirmation():
 
 
 def test_it_holds_a_write_call_for_confirmation_when_the_tool_requires_one():
-    open_calendar_spec(confirmation_policy={"required": True, "expires_seconds": 60})
+    make_calendar_spec(open_schema=True, confirm_seconds=60)
     agent = new_agent()
     calendar_grant(agent)
     before = timezone.now()
@@ -311,8 +286,7 @@ def test_it_holds_a_write_call_for_confirmation_when_the_tool_requires_one():
 
 
 def test_it_renders_the_normalized_not_the_raw_arguments_for_the_approver():
-    make_capability(name="calendar.write", operation_class="create")
-    demo_spec("calendar.create_event")
+    make_demo_spec(name="calendar.create_event")
     agent = new_agent()
     calendar_grant(agent)
     inv = propose(agent, "calendar.create_event@1", json.dumps(
@@ -326,7 +300,7 @@ def test_it_renders_the_normalized_not_the_raw_arguments_for_the_approver():
 
 
 def test_it_asks_for_confirmation_when_only_a_confirm_grant_covers_the_call():
-    open_calendar_spec()  # the tool itself requires no confirmation
+    make_calendar_spec(open_schema=True, confirm_seconds=None)  # the tool itself requires no confirmation
     agent = new_agent()
     grant = calendar_grant(agent, effect="confirm")
     inv = propose(agent, "calendar.create_event@1", PLAIN)
@@ -338,7 +312,7 @@ def test_it_asks_for_confirmation_when_only_a_confirm_grant_covers_the_call():
 
 
 def test_it_prefers_an_allow_grant_over_a_confirm_grant():
-    open_calendar_spec()
+    make_calendar_spec(open_schema=True, confirm_seconds=None)
     agent = new_agent()
     calendar_grant(agent, effect="confirm")
     allow = calendar_grant(agent, effect="allow")
@@ -357,8 +331,7 @@ def _payments(agent: Agent, amount: str, run_id=None) -> dict:
 
 @pytest.fixture
 def payments(db):
-    make_capability(name="payments.transfer", operation_class="create")
-    return demo_spec("payments.transfer")
+    return make_demo_spec(name="payments.transfer")
 
 
 @pytest.mark.parametrize(("amount", "state"), [("100.00", "AUTHORIZED"), ("100", "AUTHORIZED"), ("0.01", "AUTHORIZED")])

@@ -18,7 +18,7 @@ from invocations_app.confirmations import (
     confirmations_expire_due,
 )
 from invocations_app.models import Confirmation, Event, Invocation
-from tests.builders import DIALECT, make_capability, make_grant, make_subject, make_toolspec
+from tests.builders import make_calendar_spec, make_grant, make_subject
 from tests.conftest import require_postgres
 from toolops.errors import ApplicationError
 
@@ -27,24 +27,6 @@ ARGS_B = {"calendar_id": "primary", "title": "Bring passport and visa"}
 
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def confirm_calendar(*, side_effect_class: str = "write_idempotent", expires_seconds: int = 60):
-    make_capability(name="calendar.write", operation_class="create")
-    return make_toolspec(
-        name="calendar.create_event",
-        schema={
-            "$schema": DIALECT,
-            "type": "object",
-            "properties": {"calendar_id": {"type": "string"}, "title": {"type": "string"}},
-            "required": ["calendar_id", "title"],
-            "additionalProperties": False,
-        },
-        normalizers=[{"pointer": "/calendar_id", "normalizer": "identifier", "options": {"trim": True, "casefold": True}}],
-        side_effect_class=side_effect_class,
-        required_capabilities=[{"capability": "calendar.write", "resource_pointer": "/calendar_id"}],
-        confirmation_policy={"required": True, "expires_seconds": expires_seconds},
-    )
 
 
 class Session:
@@ -80,7 +62,7 @@ def state_of(inv: Invocation) -> str:
 
 @pytest.fixture
 def session(db):
-    return Session(confirm_calendar())
+    return Session(make_calendar_spec())
 
 
 @pytest.fixture
@@ -305,7 +287,7 @@ def test_it_refuses_a_second_approval_through_a_stale_in_memory_object(session, 
 @pytest.mark.django_db(transaction=True)
 def test_it_lets_exactly_one_of_two_concurrent_approvals_win(django_user_model):
     require_postgres()
-    session = Session(confirm_calendar())
+    session = Session(make_calendar_spec())
     inv = session.propose(ARGS_A)
     confirmation_id = pending_for(inv).pk
     users = [django_user_model.objects.create_user(name, password="x") for name in ("alice", "bob")]
@@ -339,7 +321,7 @@ def test_it_lets_exactly_one_of_two_concurrent_approvals_win(django_user_model):
 @pytest.mark.django_db(transaction=True)
 def test_it_lets_exactly_one_of_a_concurrent_approve_and_deny_win(django_user_model):
     require_postgres()
-    session = Session(confirm_calendar())
+    session = Session(make_calendar_spec())
     inv = session.propose(ARGS_A)
     confirmation_id = pending_for(inv).pk
     alice = django_user_model.objects.create_user("alice", password="x")
@@ -413,7 +395,7 @@ def test_it_records_the_request_the_approval_and_nothing_else_in_order(session, 
 @pytest.mark.django_db
 def test_it_records_the_approval_of_a_read_only_call_without_moving_it(alice):
     """Read-only tools go AUTHORIZED → EXECUTING; approval is an event, not a transition."""
-    session = Session(confirm_calendar(side_effect_class="read_only"))
+    session = Session(make_calendar_spec(side_effect_class="read_only"))
     inv = session.propose(ARGS_A)
     confirmation_approve(confirmation=pending_for(inv), user=alice, digest_seen=inv.digest, reason="fine")
     assert state_of(inv) == "AUTHORIZED"

@@ -21,8 +21,10 @@ from invocations_app.confirmations import confirmations_expire_due
 from invocations_app.models import Confirmation, Event
 from specs_app.models import Grant, GrantChange
 from specs_app.services import grant_create, grant_revoke
-from tests.browser.conftest import CALENDAR_ARGS, make_calendar_spec, make_demo_spec, make_staff, propose
-from tests.builders import make_capability, make_grant, make_subject, make_tenant, make_toolspec
+from tests.builders import (
+    CALENDAR_ARGS, admit_proposal, make_capability, make_demo_spec, make_grant, make_staff, make_subject, make_tenant,
+    make_toolspec,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +33,7 @@ QUEUE = "/console/confirmations/"
 
 @pytest.fixture
 def calendar():
-    return make_calendar_spec()
+    return make_demo_spec(name="calendar.create_event")
 
 
 @pytest.fixture
@@ -43,14 +45,14 @@ def agent():
 
 @pytest.fixture
 def pending(calendar, agent) -> Confirmation:
-    invocation = propose(agent, calendar, CALENDAR_ARGS)
+    invocation = admit_proposal(subject=agent, spec=calendar, arguments=CALENDAR_ARGS)
     assert invocation.state == "AUTHORIZED", invocation.error_message
     return Confirmation.objects.get(invocation=invocation, state="pending")
 
 
 @pytest.fixture
 def approver(calendar):
-    user = make_staff("approver")
+    user = make_staff(username="approver")
     assign_perm("specs_app.approve_toolspec", user, calendar)
     return user
 
@@ -94,16 +96,16 @@ def test_it_reads_the_queue_in_a_constant_number_of_queries(pending, calendar, a
     with CaptureQueriesContext(connection) as one:
         client.get(QUEUE)
     for title in ("Retro", "1:1", "Demo"):
-        propose(agent, calendar, {**CALENDAR_ARGS, "title": title})
+        admit_proposal(subject=agent, spec=calendar, arguments={**CALENDAR_ARGS, "title": title})
     with CaptureQueriesContext(connection) as four:
         assert len(client.get(QUEUE).context["pending"]) == 4
     assert len(four) == len(one), [q["sql"] for q in four.captured_queries]
 
 
 def test_it_lists_pending_oldest_first_then_recently_decided(calendar, agent, approver):
-    first = propose(agent, calendar, CALENDAR_ARGS)
-    second = propose(agent, calendar, {**CALENDAR_ARGS, "title": "Retro"})
-    third = propose(agent, calendar, {**CALENDAR_ARGS, "title": "1:1"})
+    first = admit_proposal(subject=agent, spec=calendar, arguments=CALENDAR_ARGS)
+    second = admit_proposal(subject=agent, spec=calendar, arguments={**CALENDAR_ARGS, "title": "Retro"})
+    third = admit_proposal(subject=agent, spec=calendar, arguments={**CALENDAR_ARGS, "title": "1:1"})
     decided = Confirmation.objects.get(invocation=second)
     assert decide(client_for(approver), decided, "deny", reason="duplicate").status_code == 200
     resp = client_for(approver).get(QUEUE)
@@ -112,7 +114,7 @@ def test_it_lists_pending_oldest_first_then_recently_decided(calendar, agent, ap
 
 
 def test_it_shows_an_empty_queue_to_staff_without_the_guardian_permission(pending):
-    stranger = make_staff("stranger")
+    stranger = make_staff(username="stranger")
     resp = client_for(stranger).get(QUEUE)
     assert resp.status_code == 200
     assert resp.context["pending"] == [] and resp.context["decided"] == []
@@ -122,15 +124,15 @@ def test_it_shows_an_empty_queue_to_staff_without_the_guardian_permission(pendin
 
 
 def test_it_scopes_by_tool_version_not_by_model_permission(pending, calendar, agent):
-    other = make_demo_spec("weather.get_forecast")
-    user = make_staff("weather-approver")
+    other = make_demo_spec(name="weather.get_forecast")
+    user = make_staff(username="weather-approver")
     assign_perm("specs_app.approve_toolspec", user, other)
     assert client_for(user).get(QUEUE).context["pending"] == []
     assert client_for(user).get(f"{QUEUE}{pending.pk}/").status_code == 403
 
 
 def test_it_refuses_a_direct_post_without_the_permission_and_changes_nothing(pending):
-    stranger = make_staff("stranger")
+    stranger = make_staff(username="stranger")
     client = client_for(stranger)
     for verb in ("approve", "deny"):
         resp = client.post(f"{QUEUE}{pending.pk}/{verb}", {"digest_seen": pending.digest, "reason": "forged"})
@@ -144,7 +146,7 @@ def test_it_refuses_a_direct_post_without_the_permission_and_changes_nothing(pen
 
 
 def test_it_lets_superusers_see_and_decide_everything(pending):
-    boss = make_staff("boss", superuser=True)
+    boss = make_staff(username="boss", superuser=True)
     assert [c.pk for c in client_for(boss).get(QUEUE).context["pending"]] == [pending.pk]
     resp = decide(client_for(boss), pending, "approve", digest_seen=pending.digest)
     assert resp.status_code == 200
@@ -258,7 +260,7 @@ def test_it_shows_the_detail_page_with_the_full_digest_and_the_timeline(pending,
 def test_it_filters_by_tool_and_tenant(pending, calendar, approver):
     other_tenant = make_subject(tenant=make_tenant(slug="globex"), name="assistant")
     make_grant(subject=other_tenant, capability="calendar.write", operation_class="create")
-    other = Confirmation.objects.get(invocation=propose(other_tenant, calendar, CALENDAR_ARGS))
+    other = Confirmation.objects.get(invocation=admit_proposal(subject=other_tenant, spec=calendar, arguments=CALENDAR_ARGS))
     client = client_for(approver)
     assert {c.pk for c in client.get(QUEUE).context["pending"]} == {pending.pk, other.pk}
     assert [c.pk for c in client.get(QUEUE, {"tenant": "globex"}).context["pending"]] == [other.pk]
@@ -302,7 +304,7 @@ def weather():
 
 
 def test_it_creates_a_grant_pinned_to_the_current_versions_with_a_grant_change(weather, agent):
-    boss = make_staff("boss", superuser=True)
+    boss = make_staff(username="boss", superuser=True)
     capability = make_capability(name="weather.read")
     resp = client_for(boss).post(GRANT_ADD, grant_form(capability=capability.pk, tenant=agent.tenant_id, subject=agent.pk))
     assert resp.status_code == 302, resp.context["adminform"].form.errors if resp.context else resp
@@ -314,7 +316,7 @@ def test_it_creates_a_grant_pinned_to_the_current_versions_with_a_grant_change(w
 
 
 def test_it_requires_a_reason_and_valid_limits_for_a_grant(weather, agent):
-    boss = make_staff("boss", superuser=True)
+    boss = make_staff(username="boss", superuser=True)
     capability = make_capability(name="weather.read")
     base = {"capability": capability.pk, "tenant": agent.tenant_id, "subject": agent.pk}
     resp = client_for(boss).post(GRANT_ADD, grant_form(**base, reason="  "))
@@ -334,7 +336,7 @@ def test_it_requires_a_reason_and_valid_limits_for_a_grant(weather, agent):
 
 @pytest.fixture
 def tenant_admin(agent):
-    user = make_staff("acme-admin")
+    user = make_staff(username="acme-admin")
     assign_perm("specs_app.manage_grants_tenant", user, agent.tenant)
     return user
 
@@ -376,7 +378,7 @@ def test_it_rechecks_the_tenant_in_the_service(agent, tenant_admin):
 
 def test_it_keeps_the_grants_admin_from_staff_without_a_tenant(agent):
     make_grant(subject=agent)
-    client = client_for(make_staff("nobody"))
+    client = client_for(make_staff(username="nobody"))
     assert client.get("/specs_app/grant/").status_code == 403
     assert client.get(GRANT_ADD).status_code == 403
 
@@ -422,7 +424,7 @@ def test_it_edits_only_the_expiry_and_records_it(agent, tenant_admin):
 
 def test_it_never_deletes_a_grant(agent):
     grant = make_grant(subject=agent)
-    boss = client_for(make_staff("boss", superuser=True))
+    boss = client_for(make_staff(username="boss", superuser=True))
     assert boss.get(f"/specs_app/grant/{grant.pk}/delete/").status_code == 403
     assert boss.post(f"/specs_app/grant/{grant.pk}/delete/", {"post": "yes"}).status_code == 403
     assert Grant.objects.filter(pk=grant.pk).exists()
@@ -430,7 +432,7 @@ def test_it_never_deletes_a_grant(agent):
 
 def test_it_shows_capabilities_in_the_admin():
     make_capability(name="calendar.write", operation_class="create")
-    boss = client_for(make_staff("boss", superuser=True))
+    boss = client_for(make_staff(username="boss", superuser=True))
     resp = boss.get("/specs_app/capability/")
     assert resp.status_code == 200 and "calendar.write" in resp.content.decode()
     assert json.loads(boss.get(f"{QUEUE}count.json").content) == {"pending": 0}

@@ -15,15 +15,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.cache import cache
-from django.db import connection, transaction
-from django.utils import timezone
 
 from invocations_app.console import dashboard
-from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall, Proposal, Run
-from specs_app.models import ToolSpec
-from tests.browser.conftest import make_demo_spec
-from tests.builders import make_subject, make_tenant
-from toolops.db_guards import birth_guard_suspended
+from invocations_app.models import Run
+from tests.builders import PlantedWorld
 from toolops.runtime.states import State
 
 pytestmark = pytest.mark.django_db
@@ -51,57 +46,6 @@ def console(client, superuser):
     return client
 
 
-class World:
-    """One tenant, subject, run and model call; ``invocation()`` plants one call with its timestamps."""
-
-    def __init__(self):
-        self.now = timezone.now()
-        self.tenant = make_tenant(slug="acme")
-        self.subject = make_subject(tenant=self.tenant, name="planner")
-        self.weather = make_demo_spec("weather.get_forecast")
-        self.calendar = make_demo_spec("calendar.create_event")
-        self.run = self.make_run()
-        self.call = ModelCall.objects.create(run=self.run, span_id="0" * 16)
-        self._n = 0
-
-    def make_run(self, *, status: str = Run.Status.ACTIVE, ended_ago: timedelta | None = None, reason: str = "") -> Run:
-        run = Run.objects.create(tenant=self.tenant, subject=self.subject, trace_id="1" * 32, status=status, end_reason=reason,
-                                 ended_at=self.now - ended_ago if ended_ago is not None else None)
-        return run
-
-    def invocation(self, state: str, *, spec: ToolSpec | None = None, ago: timedelta = timedelta(hours=2),
-                   attempts: tuple[str, ...] = ()) -> Invocation:
-        """``attempts``: one failure class per attempt ("" = ended fine, "running" = not ended)."""
-        self._n += 1
-        spec = spec or self.weather
-        proposal = Proposal.objects.create(model_call=self.call, proposal_id=f"call_{self._n}", name=spec.ref,
-                                           arguments_bytes=b"{}", span_id="2" * 16)
-        with transaction.atomic(), birth_guard_suspended(connection):  # a history's end state, without the history
-            inv = Invocation.objects.create(
-                proposal=proposal, run=self.run, model_call=self.call, tenant=self.tenant, subject=self.subject, tool_spec=spec,
-                tool_name=spec.name, tool_version=spec.version, state=state, trace_id="1" * 32, span_id="3" * 16,
-            )
-        created = self.now - ago
-        Invocation.objects.filter(pk=inv.pk).update(created_at=created)  # auto_now_add: set it afterwards
-        inv.created_at = created
-        for number, failure in enumerate(attempts, start=1):
-            started = created + timedelta(seconds=number)
-            Attempt.objects.create(
-                invocation=inv, tool_spec=inv.tool_spec, number=number, span_id=f"{number:016x}", started_at=started,
-                ended_at=None if failure == "running" else started + timedelta(milliseconds=300),
-                failure_class="" if failure == "running" else failure,
-            )
-        return inv
-
-    def pending_confirmation(self, inv: Invocation, *, ago: timedelta) -> Confirmation:
-        confirmation = Confirmation.objects.create(
-            invocation=inv, tool_spec=inv.tool_spec, tenant=self.tenant, subject=self.subject, run=self.run, digest="d" * 64,
-            arguments={}, expires_at=self.now + timedelta(minutes=15),
-        )
-        Confirmation.objects.filter(pk=confirmation.pk).update(created_at=self.now - ago)
-        return confirmation
-
-
 @pytest.fixture
 def world(db):
     """The planted dataset (times relative to now):
@@ -112,7 +56,7 @@ def world(db):
     (attempt running); 3 days ago: 1 OBSERVED weather call; 10 days ago: 1 OUTCOME_UNKNOWN calendar
     call; runs: one exhausted 2 h ago (tool_calls), one exhausted 3 days ago (wall_seconds), one finished.
     """
-    w = World()
+    w = PlantedWorld()
     H = timedelta(hours=1)
     w.observed = [w.invocation(State.OBSERVED, ago=2 * H, attempts=("",)),
                   w.invocation(State.OBSERVED, ago=5 * H, attempts=("",)),

@@ -8,8 +8,6 @@ Redis backend. Sequential versions run everywhere.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import uuid
 from datetime import timedelta
@@ -18,12 +16,10 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
-from invocations_app import runs
 from invocations_app.authorization import invocation_authorize
 from invocations_app.counters import DatabaseCounter, RedisCounter
-from invocations_app.models import GrantUsage, Invocation, Proposal
-from specs_app.selectors import grant_snapshots
-from tests.builders import DIALECT, make_capability, make_grant, make_subject, make_toolspec
+from invocations_app.models import GrantUsage, Invocation
+from tests.builders import DIALECT, RunWorld, make_capability, make_grant, make_toolspec
 from tests.conftest import require_postgres, require_redis
 from toolops.runtime.states import State
 
@@ -75,41 +71,6 @@ def spend_tool(*, capabilities=(("ledger.spend", "/account", "/amount_minor"),))
     )
 
 
-class World:
-    """One subject, one run and one model call that sees ``spec``."""
-
-    def __init__(self, spec):
-        self.spec = spec
-        self.subject = make_subject()
-        self.run = runs.run_create(subject=self.subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
-        self.call = runs.model_call_create(run=self.run, tool_refs=[spec.ref], fmt="openai", context=[])
-
-    def validated(self, n: int, *, amount: int = AMOUNT) -> list[Invocation]:
-        """``n`` invocations inserted straight in VALIDATED (an INSERT is not a guarded transition)."""
-        arguments = {"account": "acct_1", "amount_minor": amount}
-        out = []
-        for _ in range(n):
-            proposal = Proposal.objects.create(
-                model_call=self.call, proposal_id=f"race_{uuid.uuid4().hex}", name=self.spec.ref,
-                arguments_bytes=json.dumps(arguments).encode(), span_id="b" * 16,
-            )
-            out.append(Invocation.objects.create(
-                proposal=proposal, run=self.run, model_call=self.call, tenant=self.subject.tenant, subject=self.subject,
-                tool_spec=self.spec, tool_name=self.spec.name, tool_version=self.spec.version, state=State.VALIDATED,
-                event_seq=0, normalized_arguments=arguments,
-                digest=hashlib.sha256(f"{self.subject.tenant.slug}|{self.spec.ref}|{json.dumps(arguments)}".encode()).hexdigest(),
-                idempotency_key=f"{self.run.pk}:{proposal.proposal_id}", trace_id=self.run.trace_id, span_id="c" * 16,
-            ))
-        return out
-
-    def grant(self, limits: dict, **kw):
-        return make_grant(subject=self.subject, capability="ledger.spend", operation_class="create", limits=limits, **kw)
-
-    def snapshot(self, grant):
-        return next(s for s in grant_snapshots(tenant=self.subject.tenant, subject=self.subject, capabilities=[grant.capability.name])
-                    if s.grant_id == str(grant.pk))
-
-
 def race(target, items) -> list:
     """Run ``target(item)`` in one thread per item, all released at once; results in item order."""
     barrier = threading.Barrier(len(items))
@@ -156,7 +117,7 @@ def settle(invocations: list[Invocation]) -> tuple[list[Invocation], list[Invoca
 def test_it_authorizes_exactly_the_limit_of_20_concurrent_calls(counter, limit):
     require_postgres()
     limits, code = LIMITS[limit]
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     grant = world.grant(limits)
     invocations = world.validated(RACERS)
     race(lambda inv: invocation_authorize(invocation=inv, counter=counter), invocations)
@@ -175,7 +136,7 @@ def test_it_authorizes_exactly_the_limit_of_20_concurrent_calls(counter, limit):
 @pytest.mark.parametrize("limit", list(LIMITS))
 def test_it_authorizes_exactly_the_limit_of_20_sequential_calls(counter, limit):
     limits, code = LIMITS[limit]
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     world.grant(limits)
     invocations = world.validated(RACERS)
     states = [invocation_authorize(invocation=inv, counter=counter).state for inv in invocations]
@@ -186,7 +147,7 @@ def test_it_authorizes_exactly_the_limit_of_20_sequential_calls(counter, limit):
 
 @pytest.mark.django_db
 def test_it_falls_back_to_another_grant_when_the_first_one_is_used_up(counter):
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     first_id, second_id = sorted((uuid.uuid4() for _ in range(2)), key=str)
     limited = world.grant({"calls_per_run": 2}, id=first_id)  # evaluated first (grant_id order)
     spare = world.grant({"calls_per_run": 1}, id=second_id)
@@ -198,12 +159,9 @@ def test_it_falls_back_to_another_grant_when_the_first_one_is_used_up(counter):
 @pytest.mark.django_db
 def test_it_does_not_count_a_run_limit_across_runs(counter):
     spec = spend_tool()
-    world = World(spec)
+    world = RunWorld(spec=spec, amount=AMOUNT)
     world.grant({"calls_per_run": 1})
-    other_run = World.__new__(World)
-    other_run.spec, other_run.subject = spec, world.subject
-    other_run.run = runs.run_create(subject=world.subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
-    other_run.call = runs.model_call_create(run=other_run.run, tool_refs=[spec.ref], fmt="openai", context=[])
+    other_run = RunWorld(spec=spec, amount=AMOUNT, subject=world.subject)
     assert invocation_authorize(invocation=world.validated(1)[0], counter=counter).state == State.PREPARED
     assert invocation_authorize(invocation=other_run.validated(1)[0], counter=counter).state == State.PREPARED
     assert invocation_authorize(invocation=world.validated(1)[0], counter=counter).state == State.AUTHORIZATION_REJECTED
@@ -225,7 +183,7 @@ def test_it_reserves_exactly_the_limit_for_20_concurrent_callers(counter, limit)
     if isinstance(counter, DatabaseCounter):
         require_postgres()  # SQLite cannot serve 20 threads; the Redis backend needs no database here
     limits, code = LIMITS[limit]
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     grant = world.grant(limits)
     invocations = world.validated(RACERS)
     results = _reserve_all(counter, world.snapshot(grant), world.run, invocations, threaded=True)
@@ -239,7 +197,7 @@ def test_it_reserves_exactly_the_limit_for_20_concurrent_callers(counter, limit)
 @pytest.mark.parametrize("limit", list(LIMITS))
 def test_it_reserves_exactly_the_limit_for_20_sequential_callers(counter, limit):
     limits, code = LIMITS[limit]
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     grant = world.grant(limits)
     results = _reserve_all(counter, world.snapshot(grant), world.run, world.validated(RACERS), threaded=False)
     assert results == [[]] * LIMIT + [[code]] * (RACERS - LIMIT)
@@ -247,7 +205,7 @@ def test_it_reserves_exactly_the_limit_for_20_sequential_callers(counter, limit)
 
 @pytest.mark.django_db
 def test_it_does_not_count_uses_of_a_grant_without_counting_limits(counter):
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     grant = world.grant({"max_amount_per_call": 10**6})
     results = _reserve_all(counter, world.snapshot(grant), world.run, world.validated(RACERS), threaded=False)
     assert results == [[]] * RACERS
@@ -256,7 +214,7 @@ def test_it_does_not_count_uses_of_a_grant_without_counting_limits(counter):
 
 @pytest.mark.django_db
 def test_it_frees_the_minute_window_after_a_minute(counter):
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     grant = world.grant({"calls_per_minute": 1})
     snap, run = world.snapshot(grant), world.run
     a, b, c = world.validated(3)
@@ -268,7 +226,7 @@ def test_it_frees_the_minute_window_after_a_minute(counter):
 
 @pytest.mark.django_db
 def test_it_refuses_an_amount_that_would_overrun_the_window_even_with_room_for_a_smaller_one(counter):
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     grant = world.grant({"max_amount_per_window": 1000, "amount_window_seconds": 3600})
     snap, run = world.snapshot(grant), world.run
     a, b, c = world.validated(3)
@@ -288,7 +246,7 @@ def two_capability_tool():
 @pytest.mark.django_db
 def test_it_serves_a_call_from_a_spare_grant_without_charging_the_other_capability_twice(counter):
     """Regression: a lost reservation on one grant used to leave (and then double) the units on the others."""
-    world = World(two_capability_tool())
+    world = RunWorld(spec=two_capability_tool(), amount=AMOUNT)
     world.grant({"calls_per_run": 2})  # ledger.spend: room for both calls below
     first_id, second_id = sorted((uuid.uuid4() for _ in range(2)), key=str)
     notify = dict(subject=world.subject, capability="ledger.notify", operation_class="create")
@@ -302,7 +260,7 @@ def test_it_serves_a_call_from_a_spare_grant_without_charging_the_other_capabili
 @pytest.mark.django_db
 def test_it_does_not_charge_a_denied_call_to_the_grant_that_had_room(counter):
     """Regression: a denied multi-capability call used to keep the units it had reserved elsewhere."""
-    world = World(two_capability_tool())
+    world = RunWorld(spec=two_capability_tool(), amount=AMOUNT)
     spend = world.grant({"calls_per_run": 2})
     make_grant(subject=world.subject, capability="ledger.notify", operation_class="create", limits={"calls_per_run": 1})
     one, two, three = world.validated(3)
@@ -316,7 +274,7 @@ def test_it_does_not_charge_a_denied_call_to_the_grant_that_had_room(counter):
 @pytest.mark.django_db
 def test_it_gives_only_the_limit_that_was_hit_as_the_reason(counter):
     """Regression: a lost reservation used to be reported as every counting limit of the grant."""
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     world.grant({"calls_per_minute": 1, "calls_per_run": 100})
     one, two = world.validated(2)
     invocation_authorize(invocation=one, counter=counter)
@@ -327,7 +285,7 @@ def test_it_gives_only_the_limit_that_was_hit_as_the_reason(counter):
 
 @pytest.mark.django_db
 def test_it_gives_a_released_unit_back_to_the_next_caller(counter):
-    world = World(spend_tool())
+    world = RunWorld(spec=spend_tool(), amount=AMOUNT)
     grant = world.grant({"calls_per_run": 1, "calls_per_minute": 1, "max_amount_per_window": AMOUNT, "amount_window_seconds": 60})
     snap, run = world.snapshot(grant), world.run
     a, b = world.validated(2)
@@ -375,7 +333,7 @@ def test_it_spends_no_unit_for_a_proposal_that_loses_the_insert_race(monkeypatch
     from invocations_app import admission
 
     spec = spend_tool()
-    world = World(spec)
+    world = RunWorld(spec=spec, amount=AMOUNT)
     world.grant({"calls_per_run": 2})
     body = b'{"account": "acct_1", "amount_minor": 1}'
     first, created = admission.proposal_admit(model_call=world.call, subject=world.subject, proposal_id="call_1", name=spec.ref, arguments_bytes=body)

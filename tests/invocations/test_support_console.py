@@ -7,7 +7,6 @@ leave it. The calendar cases run against the demo services on an ephemeral port.
 """
 from __future__ import annotations
 
-import json
 import threading
 from datetime import timedelta
 from unittest import mock
@@ -27,11 +26,8 @@ from invocations_app.resolutions import (
 )
 from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import invocation_transition
-from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import Subject, ToolSpec
-from specs_app.services import toolspec_publish
-from tests.browser.conftest import CALENDAR_ARGS, DEMO_CAPABILITIES, make_demo_spec, make_staff, propose
-from tests.builders import make_capability, make_grant, make_subject, make_tenant
+from tests.builders import CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
 from tests.conftest import require_postgres
 from toolops.runtime.tracecontext import new_span_id
 
@@ -43,17 +39,6 @@ TIMEOUT_ERROR = {"code": "outcome_unknown", "message": "ReadTimeout talking to t
 
 
 # --- builders (shared with tests/browser/test_support_console.py) ------------------------------
-
-def make_spec(name: str, *, four_eyes: bool = False, version: int = 1) -> ToolSpec:
-    """A demo ToolSpec (version 1 by default); ``four_eyes`` adds ``four_eyes_resolution`` to its confirmation policy."""
-    if not four_eyes and version == 1:
-        return make_demo_spec(name)
-    data = json.loads(json.dumps(next(d for d in DEMO_TOOLSPECS if d["name"] == name)))
-    data["confirmation_policy"] = {**data.get("confirmation_policy", {}), "four_eyes_resolution": True}
-    for entry in data["required_capabilities"]:
-        make_capability(name=entry["capability"], operation_class=DEMO_CAPABILITIES[entry["capability"]])
-    return toolspec_publish(spec=ToolSpec.objects.create(version=version, **data))
-
 
 def make_finance_agent(*, tenant_slug: str = "acme", name: str = "finance-bot") -> Subject:
     tenant = make_tenant(slug=tenant_slug)
@@ -72,10 +57,10 @@ def make_planner(*, tenant_slug: str = "globex") -> Subject:
 def make_unknown(subject: Subject, spec: ToolSpec, arguments: dict, *, approver=None, error: dict | None = None,
                  sent: bool = True, timezone_name: str = "Europe/Paris") -> Invocation:
     """An invocation left in OUTCOME_UNKNOWN by a first attempt whose response never came."""
-    invocation = propose(subject, spec, arguments, timezone_name=timezone_name)
+    invocation = admit_proposal(subject=subject, spec=spec, arguments=arguments, timezone_name=timezone_name)
     assert invocation.state == "AUTHORIZED", invocation.error_message
     confirmation = Confirmation.objects.get(invocation=invocation, state="pending")
-    approver = approver or make_staff(f"approver-{new_span_id()[:6]}")
+    approver = approver or make_staff(username=f"approver-{new_span_id()[:6]}")
     with mock.patch("invocations_app.dispatch.execution_send"):  # no worker here: nothing is queued
         confirmation_approve(confirmation=confirmation, user=approver, digest_seen=confirmation.digest, reason="expected")
     started = timezone.now() - timedelta(seconds=6)
@@ -118,7 +103,7 @@ def act(client, invocation, verb, **form):
 
 @pytest.fixture
 def payments():
-    return make_spec("payments.transfer")
+    return make_demo_spec(name="payments.transfer")
 
 
 @pytest.fixture
@@ -133,7 +118,7 @@ def unknown(payments, finance) -> Invocation:
 
 @pytest.fixture
 def support(payments):
-    user = make_staff("support")
+    user = make_staff(username="support")
     assign_perm("specs_app.resolve_toolspec", user, payments)
     return user
 
@@ -201,7 +186,7 @@ def test_it_reads_the_queue_in_a_constant_number_of_queries(payments, finance, s
 
 
 def test_it_shows_nothing_to_staff_without_resolve_and_refuses_every_post(unknown):
-    stranger = make_staff("stranger")
+    stranger = make_staff(username="stranger")
     assign_perm("specs_app.approve_toolspec", stranger, unknown.tool_spec)  # approving is not resolving
     client = client_for(stranger)
     resp = client.get(QUEUE)
@@ -218,17 +203,17 @@ def test_it_shows_nothing_to_staff_without_resolve_and_refuses_every_post(unknow
 
 
 def test_it_scopes_by_tool_version(unknown):
-    calendar = make_spec("calendar.create_event")
-    user = make_staff("calendar-support")
+    calendar = make_demo_spec(name="calendar.create_event")
+    user = make_staff(username="calendar-support")
     assign_perm("specs_app.resolve_toolspec", user, calendar)
     assert client_for(user).get(QUEUE).context["rows"] == []
     assert client_for(user).post(f"{QUEUE}{unknown.pk}/lookup", {"reason": "x"}).status_code == 403
 
 
 def test_it_lets_superusers_and_model_wide_resolvers_see_everything(unknown):
-    boss = make_staff("boss", superuser=True)
+    boss = make_staff(username="boss", superuser=True)
     assert [r.pk for r in client_for(boss).get(QUEUE).context["rows"]] == [unknown.pk]
-    wide = make_staff("wide")
+    wide = make_staff(username="wide")
     assign_perm("specs_app.resolve_toolspec", wide)  # model-wide grant of the permission
     assert [r.pk for r in client_for(wide).get(QUEUE).context["rows"]] == [unknown.pk]
 
@@ -348,7 +333,7 @@ def test_it_emits_no_tool_message_once_the_run_has_ended(payments, finance, supp
 
 
 def test_it_tells_a_second_resolver_who_resolved_it_first(unknown, support):
-    other = make_staff("other")
+    other = make_staff(username="other")
     assign_perm("specs_app.resolve_toolspec", other, unknown.tool_spec)
     act(client_for(support), unknown, "mark-not-committed", reason="r", evidence="e")
     resp = act(client_for(other), unknown, "mark-committed", reason="r", evidence="e", external_resource_id="trf_X")
@@ -367,10 +352,10 @@ def test_it_refuses_to_resend_a_tool_without_idempotency(unknown, support):
 
 
 def test_it_looks_up_then_resends_a_calendar_call_with_the_same_key_creating_one_event(demo_services):
-    calendar = make_spec("calendar.create_event")
+    calendar = make_demo_spec(name="calendar.create_event")
     planner = make_planner()
     unknown = make_unknown(planner, calendar, CALENDAR_ARGS)
-    user = make_staff("cal-support")
+    user = make_staff(username="cal-support")
     assign_perm("specs_app.resolve_toolspec", user, calendar)
     client = client_for(user)
 
@@ -389,14 +374,14 @@ def test_it_looks_up_then_resends_a_calendar_call_with_the_same_key_creating_one
 
 
 def test_it_prefills_mark_committed_from_a_lookup_that_finds_the_effect(demo_services):
-    calendar = make_spec("calendar.create_event")
+    calendar = make_demo_spec(name="calendar.create_event")
     unknown = make_unknown(make_planner(), calendar, CALENDAR_ARGS)
     # The first attempt did reach the calendar; only its response was lost.
     created = requests.post(
         f"{demo_services}/calendar/calendars/primary/events", timeout=5, headers={"Idempotency-Key": unknown.idempotency_key},
         json={"title": CALENDAR_ARGS["title"], "start": unknown.normalized_arguments["start"], "duration_minutes": 45},
     ).json()
-    boss = make_staff("boss", superuser=True)
+    boss = make_staff(username="boss", superuser=True)
     resp = act(client_for(boss), unknown, "lookup", reason="check")
     assert any(f"committed — the tool has it as {created['id']}" in m for m in messages_of(resp))
     assert f'value="{created["id"]}"' in resp.content.decode()
@@ -410,7 +395,7 @@ def test_it_prefills_mark_committed_from_a_lookup_that_finds_the_effect(demo_ser
 
 @pytest.fixture
 def four_eyes_unknown(finance):
-    spec = make_spec("payments.transfer", four_eyes=True)
+    spec = make_demo_spec(name="payments.transfer", four_eyes=True)
     return make_unknown(finance, spec, PAYMENT_ARGS)
 
 
@@ -418,7 +403,7 @@ def four_eyes_unknown(finance):
 def alice_and_bob(four_eyes_unknown):
     users = []
     for name in ("alice", "bob"):
-        user = make_staff(name)
+        user = make_staff(username=name)
         assign_perm("specs_app.resolve_toolspec", user, four_eyes_unknown.tool_spec)
         users.append(user)
     return users
@@ -479,11 +464,11 @@ def test_it_leaves_the_call_unknown_when_a_four_eyes_proposal_is_rejected(four_e
 @pytest.mark.django_db(transaction=True)
 def test_it_lets_exactly_one_of_two_concurrent_resolvers_win():
     require_postgres()
-    payments = make_spec("payments.transfer")
+    payments = make_demo_spec(name="payments.transfer")
     finance = make_finance_agent()
     users = []
     for name in ("ann", "ben"):
-        user = make_staff(name)
+        user = make_staff(username=name)
         assign_perm("specs_app.resolve_toolspec", user, payments)
         users.append(user)
     for round_ in range(5):
@@ -602,21 +587,21 @@ def test_it_reads_the_record_in_a_fixed_number_of_queries(resolved, support):
 
 def test_it_shows_the_record_to_viewers_approvers_resolvers_and_superusers_only(unknown):
     path = f"/console/calls/{unknown.pk}/"
-    assert client_for(make_staff("stranger")).get(path).status_code == 403
-    viewer = make_staff("viewer")
+    assert client_for(make_staff(username="stranger")).get(path).status_code == 403
+    viewer = make_staff(username="viewer")
     from django.contrib.auth.models import Permission
 
     viewer.user_permissions.add(Permission.objects.get(codename="view_invocation"))
     assert client_for(viewer).get(path).status_code == 200
-    approver = make_staff("tool-approver")
+    approver = make_staff(username="tool-approver")
     assign_perm("specs_app.approve_toolspec", approver, unknown.tool_spec)
     assert client_for(approver).get(path).status_code == 200
-    resolver = make_staff("tool-resolver")
+    resolver = make_staff(username="tool-resolver")
     assign_perm("specs_app.resolve_toolspec", resolver, unknown.tool_spec)
     resp = client_for(resolver).get(path)
     assert resp.status_code == 200 and resp.context["can_resolve"]
     assert f'href="/console/unknown-outcomes/#unknown-{unknown.pk}"' in resp.content.decode()
-    assert client_for(make_staff("boss", superuser=True)).get(path).status_code == 200
+    assert client_for(make_staff(username="boss", superuser=True)).get(path).status_code == 200
     assert Client().get(path).status_code == 302
     assert client_for(resolver).get("/console/calls/00000000-0000-0000-0000-000000000000/").status_code == 404
 
@@ -629,7 +614,7 @@ def test_it_records_a_call_naming_no_visible_tool(finance, payments):
     call = model_call_create(run=run, tool_refs=[payments.ref], fmt="openai", context=[])
     inv, _ = proposal_admit(model_call=call, subject=finance, proposal_id="call_bad", name="payments.transfer@9",
                             arguments_bytes=b'{"to_account": "x\xff"}')
-    resp = client_for(make_staff("boss", superuser=True)).get(f"/console/calls/{inv.pk}/")
+    resp = client_for(make_staff(username="boss", superuser=True)).get(f"/console/calls/{inv.pk}/")
     html = resp.content.decode()
     assert resp.status_code == 200 and 'data-testid="tool-unresolved"' in html
     assert "payments.transfer@9" in html and "\\xff" in html and "ff 22 7d" in html

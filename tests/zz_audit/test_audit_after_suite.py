@@ -36,7 +36,8 @@ from django.core.management import call_command
 
 from invocations_app.audit import KINDS, audit
 from invocations_app.models import Confirmation, Event, Invocation
-from tests.invocations.test_audit_invariants import EXPECTED_STATES, World, build_mixed_workload
+from tests.builders import ServiceWorld
+from tests.invocations.test_audit_invariants import EXPECTED_STATES, build_mixed_workload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -54,7 +55,7 @@ def in_process(monkeypatch):
 
 def test_the_audit_finds_nothing_in_a_realistic_mixed_workload(approver, in_process):
     for _ in range(2):  # two subjects and runs over the same published tools
-        built = build_mixed_workload(World(approver))
+        built = build_mixed_workload(ServiceWorld(user=approver))
         assert {name: inv.state for name, inv in built.items()} == EXPECTED_STATES
     assert set(Invocation.objects.values_list("state", flat=True)) >= {
         "AUTHORIZED", "PREPARED", "EXECUTING", "OBSERVED", "OUTCOME_UNKNOWN", "PARSE_REJECTED", "VALIDATION_REJECTED",
