@@ -272,6 +272,23 @@ def rendering_metadata(tool: RenderableTool, fmt: str) -> dict:
     return strict_form(tool.input_schema).metadata() if fmt == "openai" else {}
 
 
+def null_as_absent_of(rendered: dict, input_schema: dict) -> tuple[str, ...]:
+    """The null-means-absent paths admission applies to a call made with ``rendered``.
+
+    Empty unless ``rendered`` is an OpenAI definition with ``strict: true``. The paths are
+    recomputed from the (immutable) input schema and used only if that recomputation gives
+    exactly the recorded parameters; otherwise (a rendering by other code) nothing is mapped,
+    so a null stays a null and the schema refuses it: never a guess.
+    """
+    function = rendered.get("function") if isinstance(rendered, dict) else None
+    if not isinstance(function, dict) or function.get("strict") is not True:
+        return ()
+    form = strict_form(input_schema)
+    if not form.strict or form.parameters != function.get("parameters"):
+        return ()
+    return form.null_as_absent
+
+
 def render_tools(tools: Iterable[RenderableTool], fmt: str) -> list[dict]:
     """Definitions in the order given. A tool listed twice is a caller bug: ValueError."""
     rendered: list[dict] = []
