@@ -11,6 +11,8 @@ import json
 
 import pytest
 
+from invocations_app.audit import DIGEST_NOT_REPRODUCIBLE, audit
+from invocations_app.models import Invocation
 from tests.builders import DIALECT, make_toolspec
 
 pytestmark = pytest.mark.django_db
@@ -70,6 +72,13 @@ def test_it_maps_a_strict_null_to_absent_before_validation_and_records_it(agent,
     plain = agent.propose(call["id"], name="weather-optional_v1", arguments='{"city":"Paris","date":"2026-07-20"}').json()
     assert plain["digest"] == inv["digest"]
     assert plain["validation"]["strict_rendering"] == {"null_as_absent": ["/unit"], "removed": []}
+    # The audit re-admits the stored bytes with the recorded mapping: the digest reproduces.
+    assert list(audit(kinds=[DIGEST_NOT_REPRODUCIBLE])) == []
+    sql_free_of_mapping = Invocation.objects.get(pk=inv["id"])
+    sql_free_of_mapping.validation = {k: v for k, v in sql_free_of_mapping.validation.items() if k != "strict_rendering"}
+    Invocation.objects.filter(pk=inv["id"]).update(validation=sql_free_of_mapping.validation)
+    # Without the recorded mapping the stored bytes no longer validate: the record matters.
+    assert [v.invocation_id for v in audit(kinds=[DIGEST_NOT_REPRODUCIBLE])] == [inv["id"]]
 
 
 def test_it_still_validates_what_a_strict_model_sends(agent, optional_unit):
