@@ -423,16 +423,19 @@ def translate(source: str, *, strict: bool = False) -> str:
 
 @functools.lru_cache(maxsize=8192)
 def compile_pattern(source: str) -> regex.Pattern:
-    """Compiled ECMA-262 ``source`` (lenient grammar), cached: schemas repeat their patterns."""
+    """Compiled ECMA-262 ``source`` (lenient grammar), cached: the patterns come from published
+    schemas (``pattern`` and ``patternProperties`` keys), a bounded set, used on every call."""
     try:
         return regex.compile(translate(source, strict=False))
     except regex.error as exc:  # e.g. an unknown \p{…} property
         raise EcmaRegexError(f"{exc} in {source!r}") from None
 
 
-@functools.lru_cache(maxsize=4096)
 def is_ecma_regex(source: str) -> bool:
-    """The ``regex`` format: ``source`` is an ECMA-262 regular expression in ``u`` mode."""
+    """The ``regex`` format: ``source`` is an ECMA-262 regular expression in ``u`` mode.
+
+    Not cached: it judges argument values, which a model chooses (a cache would hold them).
+    """
     try:
         regex.compile(translate(source, strict=True))
     except (EcmaRegexError, regex.error):
