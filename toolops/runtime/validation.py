@@ -62,6 +62,8 @@ for _cls, _uri in _CANONICAL.items():
 
 VALIDATOR_NAME = "jsonschema"
 VALIDATOR_VERSION = _dist_version("jsonschema")
+PATTERN_ENGINE = f"ECMA-262 via regex {_dist_version('regex')}"
+FORMAT_CHECKERS_NAME = "toolops.runtime.formats"
 
 # How many custom meta-schemas may be chained before we give up (guards against cycles).
 _MAX_METASCHEMA_HOPS = 8
@@ -552,6 +554,9 @@ class CompiledValidator:
             "validator_version": VALIDATOR_VERSION,
             "dialect": self.dialect,
             "format_assertion": self.format_assertion,
+            # What ToolOps puts in jsonschema's place for patterns and formats (see module doc).
+            "pattern_engine": PATTERN_ENGINE,
+            "format_checkers": FORMAT_CHECKERS_NAME,
         }
 
 
