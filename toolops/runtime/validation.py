@@ -34,7 +34,6 @@ from typing import Any
 import jsonschema_specifications
 from jsonschema import Draft7Validator, Draft201909Validator, Draft202012Validator, FormatChecker
 from jsonschema import validators
-from jsonschema._utils import extras_msg
 from jsonschema.exceptions import ValidationError, best_match
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource, Unresolvable
@@ -177,6 +176,11 @@ def resolve_dialect(
 # pattern means the same thing wherever it is used.
 
 
+def _extras_msg(extras: list) -> tuple[str, str]:
+    # jsonschema's wording for "(… was/were unexpected)", without importing its private helper.
+    return ", ".join(repr(extra) for extra in extras), "was" if len(extras) == 1 else "were"
+
+
 def _search(pattern: str, text: str) -> bool:
     return compile_pattern(pattern).search(text) is not None
 
@@ -220,7 +224,7 @@ def _additional_properties(validator, additional, instance, schema):
             yield ValidationError(f"{joined} {verb} not match any of the regexes: {patterns}")
         else:
             error = "Additional properties are not allowed (%s %s unexpected)"
-            yield ValidationError(error % extras_msg(sorted(extras, key=str)))
+            yield ValidationError(error % _extras_msg(sorted(extras, key=str)))
 
 
 def _is_valid(errors: Iterator) -> bool:
@@ -235,6 +239,7 @@ def _evaluated_keys(validator, instance, schema) -> set:
     for keyword in ("$ref", "$dynamicRef"):
         ref = schema.get(keyword)
         if ref is not None:
+            # _resolver: how jsonschema's own keywords follow a $ref (no public accessor).
             resolved = validator._resolver.lookup(ref)
             keys |= _evaluated_keys(
                 validator.evolve(schema=resolved.contents, _resolver=resolved.resolver),
@@ -280,7 +285,7 @@ def _unevaluated_properties(validator, unevaluated, instance, schema):
             error = "Unevaluated properties are not allowed (%s %s unexpected)"
         else:
             error = "Unevaluated properties are not valid under the given schema (%s %s unevaluated and invalid)"
-        yield ValidationError(error % extras_msg(sorted(failing, key=str)))
+        yield ValidationError(error % _extras_msg(sorted(failing, key=str)))
 
 
 _ECMA_KEYWORDS = {
