@@ -28,6 +28,7 @@ from toolops.errors import ApplicationError, BudgetExhausted, Conflict
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.parser import ParserLimits, parser_record
+from toolops.runtime.rendering import null_as_absent_of
 from toolops.runtime.states import TERMINAL, State, TransitionNotAllowed, is_allowed
 from toolops.runtime.tracecontext import TraceContext, new_span_id
 
@@ -73,11 +74,12 @@ def proposal_admit(
     if counted_budget:
         _take_tool_call(run, model_call, proposal_id, name, arguments_bytes)
     now = now or timezone.now()
-    spec, visible = _lookup_visible(model_call.pk, name)
+    spec, visible, null_as_absent = _lookup_visible(model_call.pk, name)
     context = NormalizationContext(clock=now.astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale)
     limits = parser_limits()
     plan = admit(
-        arguments_bytes=arguments_bytes, tool=tool_view(spec) if spec else None, visible_names=visible,
+        arguments_bytes=arguments_bytes, tool=tool_view(spec, null_as_absent=null_as_absent) if spec else None,
+        visible_names=visible,
         tenant=subject.tenant.slug, context=context, limits=limits,
     )
     invocation_id = uuid.uuid4()
@@ -155,24 +157,28 @@ def _replayed(model_call: ModelCall, proposal_id: str, name: str, arguments_byte
 
 
 @functools.lru_cache(maxsize=2048)
-def _visible_set(model_call_id) -> tuple[dict[str, ToolSpec], list[str]]:
-    """A model call's visible set by model-facing name and by ``name@version``.
+def _visible_set(model_call_id) -> tuple[dict[str, ToolSpec], list[str], dict[str, tuple[str, ...]]]:
+    """A model call's visible set by model-facing name and by ``name@version``, and per
+    ``name@version`` the null-means-absent paths of a strict OpenAI rendering (if it was one).
 
-    Cached per process: a model call's visible set and published ToolSpecs never change, so
-    the cache can only save queries, never change an answer.
+    Cached per process: a model call's visible set, its renderings and published ToolSpecs
+    never change, so the cache can only save queries, never change an answer.
     """
     by_name: dict[str, ToolSpec] = {}
     refs = []
+    null_paths: dict[str, tuple[str, ...]] = {}
     for row in ModelCallTool.objects.select_related("tool_spec").filter(model_call_id=model_call_id):
         by_name[row.model_facing_name] = by_name[row.tool_ref] = row.tool_spec
         refs.append(row.tool_ref)
-    return by_name, sorted(refs)
+        null_paths[row.tool_ref] = null_as_absent_of(row.rendered, row.tool_spec.input_schema)
+    return by_name, sorted(refs), null_paths
 
 
-def _lookup_visible(model_call_id, name: str) -> tuple[ToolSpec | None, list[str]]:
+def _lookup_visible(model_call_id, name: str) -> tuple[ToolSpec | None, list[str], tuple[str, ...]]:
     """Exact lookup by model-facing name or ``name@version``; no near-name matching."""
-    by_name, refs = _visible_set(model_call_id)
-    return by_name.get(name), refs
+    by_name, refs, null_paths = _visible_set(model_call_id)
+    spec = by_name.get(name)
+    return spec, refs, null_paths.get(spec.ref, ()) if spec else ()
 
 
 def record_admission(

@@ -12,7 +12,10 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from specs_app.api import RENDERINGS_HELP
+from specs_app.selectors import toolspec_renderable
 from toolops.errors import ApplicationError
+from toolops.runtime.rendering import rendering_metadata
 
 from . import selectors
 from .admission import proposal_admit
@@ -70,6 +73,7 @@ class ModelCallCreateView(APIView):
         responses={201: inline_serializer("ModelCallOut", {
             "id": serializers.UUIDField(), "format": serializers.CharField(), "tools": serializers.ListField(),
             "name_map": serializers.DictField(help_text="model-facing name → name@version"),
+            "renderings": serializers.DictField(help_text=RENDERINGS_HELP),
         })},
         summary="Register a model call and the exact tool versions it is shown",
     )
@@ -78,12 +82,15 @@ class ModelCallCreateView(APIView):
         data = _valid(ModelCallIn, request.data)
         call = model_call_create(run=run, tool_refs=data["tools"], fmt=data["format"], context=data["context"])
         request.trace_id = request.trace_id or run.trace_id
-        visible = list(call.visible_tools.all())
+        visible = list(call.visible_tools.select_related("tool_spec"))
         return Response(
             {
                 "id": str(call.pk), "run_id": str(run.pk), "format": call.format,
                 "tools": [t.rendered for t in visible],
                 "name_map": {t.model_facing_name: t.tool_ref for t in visible},
+                "renderings": {
+                    t.model_facing_name: rendering_metadata(toolspec_renderable(t.tool_spec), call.format) for t in visible
+                },
                 "context": call.context,
             },
             status=status.HTTP_201_CREATED,

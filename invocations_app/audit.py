@@ -31,6 +31,20 @@ Kinds of violation (one ``Violation`` per kind and invocation; the detail names 
     Any event after the first event that entered a terminal state (SPEC §13 last row).
 ``seq_gap``
     Event seqs of an invocation are not exactly 1..n, or ``Invocation.event_seq`` is not n.
+``tool_not_visible``
+    An invocation of a ToolSpec that its model call was not shown (no ``ModelCallTool`` of that
+    model call for that ToolSpec), or whose recorded ``name@version`` or proposed name is not
+    exactly that tool's in the visible set (SPEC §2 invariant 2: no fuzzy or "latest" match).
+``executed_beyond_grants``
+    The log reaches EXECUTING, but some capability the ToolSpec requires for these normalized
+    arguments was not covered by a grant valid at the recorded decision time (SPEC §2
+    invariant 4): the authorization record names no grant for it; the grant row is gone or
+    differs from the recorded snapshot (capability, tenant, subject, scope, effect, pinned
+    versions); it was created after, or revoked at or before, the decision; or the recorded
+    snapshot itself does not cover the call at that time (operation class, expiry, pinned
+    version, scope, per-call amount and time-range limits, re-checked by the runtime's own
+    ``grant_failures`` / ``limit_failures``). Counting limits (rate, per run, amount window)
+    depend on other calls and are not re-derived here.
 
 Scale: invocations are read in ``(created_at, id)`` order by keyset pages of ``chunk_size``
 rows; each page's events and confirmations are fetched with it (``IN`` lists of at most
@@ -51,7 +65,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, time, timedelta
 from typing import Any, Callable, Iterable, Iterator
 
@@ -61,15 +75,17 @@ from django.db.models import Case, DateTimeField, F, Q, When
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from specs_app.models import ToolSpec
-from specs_app.selectors import tool_view
+from specs_app.models import Grant, ToolSpec
+from specs_app.selectors import capability_classes, tool_view
 from toolops.runtime.admission import ToolView, admit
+from toolops.runtime.authorization import AuthContext, GrantSnapshot, Usage, grant_failures, limit_failures
 from toolops.runtime.digest import invocation_digest
 from toolops.runtime.normalizers import NORMALIZERS_VERSION, NormalizationContext
 from toolops.runtime.parser import PARSER_VERSION, ParserLimits
+from toolops.runtime.requirements import RequirementError, requirements_for
 from toolops.runtime.states import AT_OR_AFTER_COMMIT, TERMINAL, State, is_allowed
 
-from .models import Confirmation, Event, Invocation
+from .models import Confirmation, Event, Invocation, ModelCallTool
 
 EDGE_NOT_IN_TABLE = "edge_not_in_table"
 EXECUTED_WITHOUT_AUTHORIZATION = "executed_without_authorization"
@@ -78,6 +94,8 @@ COMMITTED_THEN_NOT_HAPPENED = "committed_then_not_happened"
 DIGEST_NOT_REPRODUCIBLE = "digest_not_reproducible"
 EVENTS_AFTER_TERMINAL = "events_after_terminal"
 SEQ_GAP = "seq_gap"
+TOOL_NOT_VISIBLE = "tool_not_visible"
+EXECUTED_BEYOND_GRANTS = "executed_beyond_grants"
 
 KINDS: tuple[str, ...] = (
     EDGE_NOT_IN_TABLE,
@@ -87,6 +105,8 @@ KINDS: tuple[str, ...] = (
     DIGEST_NOT_REPRODUCIBLE,
     EVENTS_AFTER_TERMINAL,
     SEQ_GAP,
+    TOOL_NOT_VISIBLE,
+    EXECUTED_BEYOND_GRANTS,
 )
 
 DEFAULT_CHUNK_SIZE = 1000
@@ -118,6 +138,13 @@ class EventRow:
 
 
 @dataclass(frozen=True)
+class VisibleTool:
+    tool_spec_id: int
+    model_facing_name: str
+    tool_ref: str
+
+
+@dataclass(frozen=True)
 class ConfirmationRow:
     id: str
     state: str
@@ -142,6 +169,11 @@ class InvocationRecord:
     normalized_arguments: Any = None
     arguments_bytes: bytes | None = None
     parser: Any = None
+    null_as_absent: Any = None  # validation.strict_rendering.null_as_absent, if admission mapped nulls
+    subject_id: str = ""
+    tool_ref: str = ""  # tool_name@tool_version as recorded on the invocation
+    proposal_name: str = ""
+    visible: list[VisibleTool] | None = None  # the model call's visible set; None when not loaded
     events: list[EventRow] = field(default_factory=list)
     confirmations: list[ConfirmationRow] = field(default_factory=list)
 
@@ -296,6 +328,9 @@ class DigestReproducer:
         except (ValueError, TypeError, KeyError) as exc:
             yield fail(f"the stored normalization context cannot be rebuilt: {exc}")
             return
+        if isinstance(rec.null_as_absent, list) and rec.null_as_absent:
+            # The call saw a strict rendering: admission removed these nulls; so does the re-run.
+            view = replace(view, null_as_absent=tuple(str(p) for p in rec.null_as_absent))
         try:
             plan = admit(
                 arguments_bytes=bytes(rec.arguments_bytes or b""), tool=view, visible_names=[], tenant=rec.tenant_slug,
@@ -318,6 +353,126 @@ class DigestReproducer:
                 yield fail(f"the stored normalized_arguments hash to {stored}, not to the stored digest {rec.digest}")
 
 
+def check_tool_visible(rec: InvocationRecord) -> Iterator[Violation]:
+    if rec.tool_spec_id is None or rec.visible is None:
+        return  # an unknown-tool rejection names no tool; nothing was looked up
+    shown = [v for v in rec.visible if v.tool_spec_id == rec.tool_spec_id]
+    if not shown:
+        refs = ", ".join(sorted(v.tool_ref for v in rec.visible)) or "nothing"
+        yield Violation(TOOL_NOT_VISIBLE, rec.id, f"{rec.tool_ref or rec.tool_spec_id} was not in its model call's visible set ({refs})")
+        return
+    tool = shown[0]
+    problems = []
+    if rec.tool_ref != tool.tool_ref:
+        problems.append(f"the invocation records {rec.tool_ref or '∅'}, the model call showed {tool.tool_ref}")
+    if rec.proposal_name not in (tool.model_facing_name, tool.tool_ref):
+        problems.append(f"the proposal named {rec.proposal_name!r}, not {tool.model_facing_name!r} or {tool.tool_ref!r}")
+    if problems:
+        yield Violation(TOOL_NOT_VISIBLE, rec.id, "; ".join(problems))
+
+
+def _aware(value: Any) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return moment if moment is not None and moment.tzinfo is not None else None
+
+
+class GrantCoverage:
+    """Invariant 4 for executed calls: each required capability covered by a grant valid then.
+
+    Caches ToolSpecs and grant rows (both few compared with invocations; grants are read by id).
+    """
+
+    def __init__(self) -> None:
+        self._specs: dict[int, ToolSpec | None] = {}
+        self._grants: dict[str, dict | None] = {}
+
+    def _spec(self, spec_id: int) -> ToolSpec | None:
+        if spec_id not in self._specs:
+            self._specs[spec_id] = ToolSpec.objects.filter(pk=spec_id).first()
+        return self._specs[spec_id]
+
+    def _grant(self, grant_id: str) -> dict | None:
+        if grant_id not in self._grants:
+            try:
+                uuid_ok = Grant._meta.pk.to_python(grant_id)
+            except Exception:  # noqa: BLE001 - a malformed id in a record is a finding, reported below
+                uuid_ok = None
+            self._grants[grant_id] = None if uuid_ok is None else Grant.objects.filter(pk=uuid_ok).values(
+                "capability__name", "tenant__slug", "subject_id", "scope_kind", "scope_values", "effect", "tool_refs",
+                "created_at", "revoked_at",
+            ).first()
+        return self._grants[grant_id]
+
+    def __call__(self, rec: InvocationRecord) -> Iterator[Violation]:
+        started = next((ev for ev in rec.events if ev.to_state == State.EXECUTING), None)
+        if started is None:
+            return
+        fail = lambda detail: Violation(EXECUTED_BEYOND_GRANTS, rec.id, detail)  # noqa: E731
+        auth = rec.authorization if isinstance(rec.authorization, dict) else {}
+        spec = self._spec(rec.tool_spec_id) if rec.tool_spec_id is not None else None
+        decided_at = _aware(auth.get("decided_at"))
+        if spec is None or decided_at is None:
+            yield fail(f"EXECUTING at event #{started.seq}, but the record names no ToolSpec or no decision time")
+            return
+        declared = list(spec.required_capabilities or [])
+        try:
+            requirements = requirements_for(
+                declared=declared, operation_classes=capability_classes([d["capability"] for d in declared]),
+                arguments=rec.normalized_arguments,
+            )
+        except (RequirementError, KeyError, TypeError) as exc:
+            yield fail(f"the requirements of these arguments cannot be derived: {exc}")
+            return
+        if not requirements:
+            yield fail(f"EXECUTING at event #{started.seq}, but {spec.ref} requires no capability, so no grant covered it")
+            return
+        snapshots: list[GrantSnapshot] = []
+        for raw in auth.get("capabilities") or []:
+            try:
+                snapshots.append(GrantSnapshot.from_dict(raw))
+            except (KeyError, TypeError, ValueError) as exc:
+                yield fail(f"a recorded grant snapshot is unreadable: {exc}")
+                return
+        ctx = AuthContext(tenant=rec.tenant_slug, subject_id=rec.subject_id, tool_ref=spec.ref, now=decided_at)
+        problems = []
+        for req in requirements:
+            used = [g for g in snapshots if g.capability == req.capability]
+            if not used:
+                problems.append(f"no grant of {req.capability} is recorded for the call")
+                continue
+            problems += [f"{req.capability}: {p}" for p in self._grant_problems(used[0], req, ctx)]
+        if problems:
+            yield fail(_listing(problems))
+
+    def _grant_problems(self, snap: GrantSnapshot, req, ctx: AuthContext) -> list[str]:
+        row = self._grant(snap.grant_id)
+        if row is None:
+            return [f"grant {snap.grant_id} does not exist"]
+        problems = []
+        stored = {
+            "capability": row["capability__name"], "tenant": row["tenant__slug"],
+            "subject_id": str(row["subject_id"]) if row["subject_id"] is not None else None,
+            "scope_kind": row["scope_kind"], "scope_values": tuple(row["scope_values"] or ()), "effect": row["effect"],
+            "tool_refs": tuple(row["tool_refs"] or ()),
+        }
+        recorded = {k: getattr(snap, k) for k in stored}
+        changed = sorted(k for k in stored if stored[k] != recorded[k])
+        if changed:
+            problems.append(f"grant {snap.grant_id} differs from the recorded snapshot in {', '.join(changed)}")
+        if row["created_at"] > ctx.now:
+            problems.append(f"grant {snap.grant_id} was created after the decision ({row['created_at'].isoformat()})")
+        if row["revoked_at"] is not None and row["revoked_at"] <= ctx.now:
+            problems.append(f"grant {snap.grant_id} was revoked at {row['revoked_at'].isoformat()}, before the decision")
+        # The snapshot as it stood at decision time, re-judged by the runtime's own rules.
+        as_then = replace(snap, revoked_at=None) if snap.revoked_at is None or snap.revoked_at > ctx.now else snap
+        failures = grant_failures(as_then, req, ctx) + limit_failures(as_then.limits, req, Usage(), ctx.now)
+        problems += [f"grant {snap.grant_id}: {message} ({code})" for code, message in failures]
+        return problems
+
+
 def _limits(parser: dict) -> ParserLimits:
     """The limits the proposal was parsed under (admission succeeded under them)."""
     try:
@@ -333,6 +488,7 @@ _SIMPLE_CHECKS: dict[str, Callable[[InvocationRecord], Iterable[Violation]]] = {
     COMMITTED_THEN_NOT_HAPPENED: check_commit_stands,
     EVENTS_AFTER_TERMINAL: check_after_terminal,
     SEQ_GAP: check_seqs,
+    TOOL_NOT_VISIBLE: check_tool_visible,
 }
 
 
@@ -340,9 +496,11 @@ _SIMPLE_CHECKS: dict[str, Callable[[InvocationRecord], Iterable[Violation]]] = {
 
 _INVOCATION_FIELDS = (
     "id", "state", "event_seq", "digest", "commit_status", "authorization", "created_at", "tool_spec_id",
+    "subject_id", "model_call_id", "tool_name", "tool_version", "proposal__name",
 )
 _ADMISSION_FIELDS = (
     "tenant__slug", "normalization_context", "normalized_arguments", "proposal__arguments_bytes", "proposal__parser",
+    "validation__strict_rendering__null_as_absent",
 )
 
 
@@ -365,9 +523,14 @@ def _batches(ids: list, size: int = IN_BATCH) -> Iterator[list]:
 
 
 def invocation_pages(
-    *, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, with_admission: bool = True
+    *, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE, with_admission: bool = True,
+    with_visibility: bool = True,
 ) -> Iterator[list[InvocationRecord]]:
-    """Invocations created at/after ``since`` in ``(created_at, id)`` order, ``chunk_size`` at a time."""
+    """Invocations created at/after ``since`` in ``(created_at, id)`` order, ``chunk_size`` at a time.
+
+    ``with_admission`` loads what re-admission and grant coverage need; ``with_visibility``
+    each invocation's model-call visible set (one more ``IN`` query per page).
+    """
     if chunk_size < 1:
         raise ValueError("chunk_size must be >= 1")
     base = Invocation.objects.order_by("created_at", "id")
@@ -398,13 +561,23 @@ def invocation_pages(
                     invocation_id__in=batch
                 ).order_by().values_list("id", "invocation_id", "state", "digest", "decided_at"):
                     confirmations[inv_id].append(ConfirmationRow(str(pk), state, digest, decided_at))
+            visible: dict[Any, list[VisibleTool]] = defaultdict(list)
+            if with_visibility:
+                for batch in _batches(sorted({row["model_call_id"] for row in rows})):
+                    for call_id, spec_id, mf_name, ref in ModelCallTool.objects.filter(
+                        model_call_id__in=batch
+                    ).order_by().values_list("model_call_id", "tool_spec_id", "model_facing_name", "tool_ref"):
+                        visible[call_id].append(VisibleTool(spec_id, mf_name, ref))
         after = (rows[-1]["created_at"], rows[-1]["id"])
         records = []
         for row in rows:
             rec = InvocationRecord(
                 id=str(row["id"]), state=row["state"], event_seq=row["event_seq"], digest=row["digest"],
                 commit_status=row["commit_status"], authorization=row["authorization"], created_at=row["created_at"],
-                tool_spec_id=row["tool_spec_id"],
+                tool_spec_id=row["tool_spec_id"], subject_id=str(row["subject_id"]),
+                tool_ref=f"{row['tool_name']}@{row['tool_version']}" if row["tool_name"] else "",
+                proposal_name=row["proposal__name"],
+                visible=visible.get(row["model_call_id"], []) if with_visibility else None,
                 events=sorted(events.get(row["id"], ()), key=lambda e: e.seq),
                 confirmations=confirmations.get(row["id"], []),
             )
@@ -415,6 +588,7 @@ def invocation_pages(
                 rec.normalized_arguments = row["normalized_arguments"]
                 rec.arguments_bytes = bytes(raw) if raw is not None else None
                 rec.parser = row["proposal__parser"]
+                rec.null_as_absent = row["validation__strict_rendering__null_as_absent"]
             records.append(rec)
         yield records
 
@@ -440,12 +614,16 @@ def audit(
     if unknown:
         raise ValueError(f"unknown violation kind(s): {', '.join(unknown)}")
     stats = stats if stats is not None else Counter()
+    stateful = {DIGEST_NOT_REPRODUCIBLE: lambda: DigestReproducer(stats), EXECUTED_BEYOND_GRANTS: GrantCoverage}
     checks: list[Callable[[InvocationRecord], Iterable[Violation]]] = [
-        _SIMPLE_CHECKS[kind] if kind != DIGEST_NOT_REPRODUCIBLE else DigestReproducer(stats)
-        for kind in KINDS if kind in selected
+        stateful[kind]() if kind in stateful else _SIMPLE_CHECKS[kind] for kind in KINDS if kind in selected
     ]
     checked = 0
-    for page in invocation_pages(since=since, chunk_size=chunk_size, with_admission=DIGEST_NOT_REPRODUCIBLE in selected):
+    pages = invocation_pages(
+        since=since, chunk_size=chunk_size, with_admission=bool(set(stateful) & set(selected)),
+        with_visibility=TOOL_NOT_VISIBLE in selected,
+    )
+    for page in pages:
         for rec in page:
             stats["events"] += len(rec.events)
             for check in checks:
@@ -482,6 +660,14 @@ def events_after_terminal(*, since: datetime | None = None, chunk_size: int = DE
 
 def seq_gaps(*, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[Violation]:
     yield from audit(since=since, kinds=[SEQ_GAP], chunk_size=chunk_size)
+
+
+def tools_not_visible(*, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[Violation]:
+    yield from audit(since=since, kinds=[TOOL_NOT_VISIBLE], chunk_size=chunk_size)
+
+
+def executions_beyond_grants(*, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[Violation]:
+    yield from audit(since=since, kinds=[EXECUTED_BEYOND_GRANTS], chunk_size=chunk_size)
 
 
 # --- --since ------------------------------------------------------------------------------------

@@ -24,10 +24,11 @@ from decimal import Decimal
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.utils import timezone
 
-from specs_app.models import ToolSpec
+from specs_app.models import Tenant, ToolSpec
 from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys, update_by_pk
 from toolops.errors import BudgetExhausted
 
+from toolops.runtime.digest import CanonicalizationError, invocation_digest
 from toolops.runtime.execution import Commit, ExecutionOutcome
 from toolops.runtime.retry import Action, RetryPolicy, decide_retry
 from toolops.runtime.states import State
@@ -94,7 +95,7 @@ def _confirmations(inv: Invocation) -> list[Confirmation]:
 
 # One locked read brings all an attempt needs: the spec, the run (checks before sending) and
 # the proposal (the tool message's tool_call_id).
-_CLAIM_RELATED = (("tool_spec", ToolSpec), ("run", Run), ("proposal", Proposal))
+_CLAIM_RELATED = (("tool_spec", ToolSpec), ("run", Run), ("proposal", Proposal), ("tenant", Tenant))
 
 
 @functools.lru_cache(maxsize=None)
@@ -239,6 +240,10 @@ def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
             budget_take(run=inv.run, key="cost", amount=Decimal(str(cost)))
         except BudgetExhausted as exc:
             return "budget_exhausted", exc.message
+    if _sent_digest(inv) != inv.digest:
+        # What is about to leave must hash to the digest that was authorized (and confirmed):
+        # arguments changed in the database after the decision are never sent.
+        return "digest_mismatch", "the arguments about to be sent do not hash to the invocation's digest"
     approvals = [c for c in _confirmations(inv) if c.state == Confirmation.Status.APPROVED] if _needs_confirmation(inv) else []
     approved = max(approvals, key=lambda c: c.decided_at, default=None)
     if approved and approved.digest != inv.digest:
@@ -246,6 +251,14 @@ def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
     if inv.deadline and timezone.now() >= inv.deadline:
         return "deadline_exceeded", "the deadline passed before the request was sent"
     return None
+
+
+def _sent_digest(inv: Invocation) -> str | None:
+    """SPEC §4's digest of the normalized arguments as stored now (None if they cannot be hashed)."""
+    try:
+        return invocation_digest(tenant=inv.tenant.slug, tool_ref=inv.tool_ref, normalized_arguments=inv.normalized_arguments)
+    except (CanonicalizationError, ValueError, TypeError):
+        return None
 
 
 def _stop_before_send(inv: Invocation, attempt: Attempt, code: str, message: str) -> Invocation:

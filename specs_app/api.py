@@ -8,9 +8,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from toolops.errors import ApplicationError
-from toolops.runtime.rendering import FORMATS, render_tool
+from toolops.runtime.rendering import FORMATS, render_tool, rendering_metadata
 
 from .selectors import toolspec_renderable, toolspecs_visible_to_subject
+
+
+RENDERINGS_HELP = (
+    "model-facing name → rendering metadata. format=openai: strict (as rendered), strict_reason "
+    "(why not strict, else null), null_as_absent (instance paths whose null ToolOps treats as "
+    "an absent optional argument in a strict call); other formats: {}"
+)
 
 
 class ToolListView(APIView):
@@ -20,6 +27,7 @@ class ToolListView(APIView):
             "format": serializers.CharField(),
             "tools": serializers.ListField(help_text="definitions exactly as that ecosystem expects them"),
             "name_map": serializers.DictField(help_text="model-facing name → name@version (exact, reversible)"),
+            "renderings": serializers.DictField(help_text=RENDERINGS_HELP),
         })},
         summary="Tool definitions for the calling subject",
     )
@@ -33,4 +41,5 @@ class ToolListView(APIView):
             "format": fmt,
             "tools": [render_tool(t, fmt) for t in tools],
             "name_map": {t.model_facing_name: t.ref for t in tools},
+            "renderings": {t.model_facing_name: rendering_metadata(t, fmt) for t in tools},
         })

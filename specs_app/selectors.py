@@ -23,8 +23,11 @@ def toolspecs_visible_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
     return ToolSpec.objects.filter(status=ToolSpec.Status.PUBLISHED).order_by("name", "version")
 
 
-def tool_view(spec: ToolSpec) -> ToolView:
-    """The slice of a ToolSpec that the pure admission pipeline needs."""
+def tool_view(spec: ToolSpec, *, null_as_absent: tuple[str, ...] = ()) -> ToolView:
+    """The slice of a ToolSpec that the pure admission pipeline needs.
+
+    ``null_as_absent``: set when the model call showed an OpenAI strict rendering of it.
+    """
     return ToolView(
         name=spec.name,
         version=spec.version,
@@ -32,6 +35,7 @@ def tool_view(spec: ToolSpec) -> ToolView:
         schema_dialect=spec.schema_dialect or None,
         format_assertion=spec.format_assertion,
         normalizers=list(spec.normalizers or []),
+        null_as_absent=tuple(null_as_absent),
     )
 
 

@@ -29,7 +29,8 @@ def toolspec_check(*, spec: ToolSpec) -> str:
     """Everything that must hold before a version is published; returns the resolved dialect.
 
     Raises ``ValidationError`` with a clear message: bad name, unsupported ``$schema``,
-    a schema invalid for its dialect, an unresolvable ``$ref`` or an unknown normalizer.
+    a schema invalid for its dialect, an unresolvable ``$ref``, a ``format`` ToolOps cannot
+    assert while the spec asks for format assertion, or an unknown normalizer.
     """
     try:
         RenderableTool(
@@ -39,7 +40,7 @@ def toolspec_check(*, spec: ToolSpec) -> str:
     except (ToolNameError, ValueError) as exc:
         raise ValidationError(str(exc)) from exc
     try:
-        dialect = check_schema(spec.input_schema, spec.schema_dialect or None)
+        dialect = check_schema(spec.input_schema, spec.schema_dialect or None, format_assertion=spec.format_assertion)
     except SchemaRefused as exc:
         raise ValidationError(f"schema refused ({exc.reason}): {exc.message}") from exc
     try:

@@ -25,10 +25,11 @@ from invocations_app import audit as audit_mod
 from invocations_app import admission, cancellation, runs
 from invocations_app.audit import KINDS, Violation, audit, parse_since
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
-from invocations_app.confirmations import confirmation_deny, confirmation_expire
-from invocations_app.execution import reconcile
-from invocations_app.models import Confirmation, Event, Invocation, Proposal
-from tests.builders import ServiceWorld, fresh
+from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmation_expire
+from invocations_app.execution import execution_claim, execution_run, reconcile
+from invocations_app.models import Confirmation, Event, Invocation, ModelCallTool, Proposal
+from specs_app.models import Grant, ToolSpec
+from tests.builders import DIALECT, ServiceWorld, fresh, make_capability, make_grant, make_subject, make_toolspec
 from toolops.errors import ApplicationError
 
 pytestmark = pytest.mark.django_db
@@ -207,7 +208,8 @@ def test_it_finds_an_execution_without_an_approved_confirmation(inv):
 def test_it_finds_an_execution_whose_recorded_decision_is_not_allow_or_confirm(inv):
     target = inv["read_observed"]
     sql_update(Invocation, target.pk, authorization={"decision": "deny", "reasons": []})
-    assert found() == {str(target.pk): {"executed_without_authorization"}}
+    # The overwritten record also lost its grants and decision time: invariant 4 fails too.
+    assert found() == {str(target.pk): {"executed_without_authorization", "executed_beyond_grants"}}
     assert "decision is 'deny'" in details(target, "executed_without_authorization")
 
 
@@ -296,6 +298,100 @@ def test_it_finds_a_gap_in_the_event_seqs(inv):
     assert found() == {str(gap.pk): {"seq_gap"}, str(counter.pk): {"seq_gap"}}
     assert f"missing [{n + 1}]" in details(gap, "seq_gap")
     assert "invocation.event_seq is" in details(counter, "seq_gap")
+
+
+def _own_call(world, refs):
+    """A model call of its own, so a planted change to its visible set touches one invocation."""
+    return world._call(world.subject, refs)
+
+
+def test_it_finds_an_invocation_of_a_tool_its_model_call_did_not_show(inv, world):
+    call = _own_call(world, [world.weather.ref])
+    target, _ = services.proposal_admit(
+        model_call=call, subject=world.subject, proposal_id="own_1", name=world.weather.ref,
+        arguments_bytes=b'{"city": "Rome", "date": "today"}',
+    )
+    assert list(audit()) == []
+    with connection.cursor() as cursor:  # the visible set loses the tool (no service would do this)
+        cursor.execute(f"DELETE FROM {_q(ModelCallTool._meta.db_table)} WHERE model_call_id = %s",
+                       [ModelCallTool._meta.get_field("model_call").get_db_prep_value(call.pk, connection)])
+    assert found() == {str(target.pk): {"tool_not_visible"}}
+    assert "was not in its model call's visible set (nothing)" in details(target, "tool_not_visible")
+    assert [v.invocation_id for v in audit_mod.tools_not_visible()] == [str(target.pk)]
+
+
+@pytest.mark.parametrize("tamper", ["proposal_name", "tool_version"])
+def test_it_finds_a_tool_matched_other_than_exactly(inv, tamper):
+    target = fresh(inv["read_authorized"])
+    if tamper == "proposal_name":  # "latest" matching: a name without its version
+        sql_update(Proposal, target.proposal_id, name="weather.get_forecast")
+        expected = "the proposal named 'weather.get_forecast', not 'weather-get_forecast_v1' or 'weather.get_forecast@1'"
+    else:
+        sql_update(Invocation, target.pk, tool_version=2)
+        expected = "the invocation records weather.get_forecast@2, the model call showed weather.get_forecast@1"
+    assert found() == {str(target.pk): {"tool_not_visible"}}
+    assert expected in details(target, "tool_not_visible")
+
+
+def _executed_with(grant_id: str) -> set[str]:
+    return {
+        str(i.pk) for i in Invocation.objects.filter(events__to_state="EXECUTING").distinct()
+        if grant_id in (i.authorization.get("internal") or {}).get("used_grant_ids", [])
+    }
+
+
+def _weather_grant(target) -> tuple[Grant, timezone.datetime]:
+    record = fresh(target).authorization
+    grant = Grant.objects.get(pk=record["internal"]["used_grant_ids"][0])
+    return grant, timezone.datetime.fromisoformat(record["decided_at"])
+
+
+@pytest.mark.parametrize("tamper", ["revoked_before", "created_after", "scope_changed"])
+def test_it_finds_an_execution_not_covered_by_a_grant_valid_at_decision_time(inv, tamper):
+    target = inv["read_observed"]
+    grant, decided_at = _weather_grant(target)
+    if tamper == "revoked_before":
+        sql_update(Grant, grant.pk, revoked_at=decided_at - timedelta(seconds=1))
+        expected = "was revoked at"
+    elif tamper == "created_after":
+        sql_update(Grant, grant.pk, created_at=decided_at + timedelta(hours=1))
+        expected = "was created after the decision"
+    else:
+        sql_update(Grant, grant.pk, scope_kind="exact", scope_values=["Berlin"])
+        expected = "differs from the recorded snapshot in scope_kind, scope_values"
+    executed = _executed_with(str(grant.pk))
+    assert str(target.pk) in executed
+    assert found() == {pk: {"executed_beyond_grants"} for pk in executed}
+    assert expected in details(target, "executed_beyond_grants")
+
+
+@pytest.mark.parametrize("tamper", ["no_grant_recorded", "unknown_grant", "expired_snapshot", "scope_snapshot"])
+def test_it_finds_an_execution_whose_recorded_grant_does_not_cover_it(inv, tamper):
+    target = fresh(inv["read_observed"])
+    record = json.loads(json.dumps(target.authorization))
+    snapshot = record["capabilities"][0]
+    if tamper == "no_grant_recorded":
+        record["capabilities"] = []
+        expected = "no grant of weather.read is recorded for the call"
+    elif tamper == "unknown_grant":
+        snapshot["grant_id"] = str(uuid.uuid4())
+        expected = f"grant {snapshot['grant_id']} does not exist"
+    elif tamper == "expired_snapshot":
+        snapshot["expires_at"] = (timezone.datetime.fromisoformat(record["decided_at"]) - timedelta(minutes=1)).isoformat()
+        expected = "the grant has expired (grant_expired)"
+    else:  # the grant row is untouched; the snapshot claims a scope that does not cover Paris
+        snapshot["scope_kind"], snapshot["scope_values"] = "exact", ["Berlin"]
+        expected = "the resource is outside the granted scope (scope_mismatch)"
+    sql_update(Invocation, target.pk, authorization=record)
+    assert found() == {str(target.pk): {"executed_beyond_grants"}}
+    assert expected in details(target, "executed_beyond_grants")
+    assert [v.invocation_id for v in audit_mod.executions_beyond_grants()] == [str(target.pk)]
+
+
+def test_it_accepts_a_grant_revoked_after_the_decision(inv):
+    grant, decided_at = _weather_grant(inv["read_observed"])
+    sql_update(Grant, grant.pk, revoked_at=timezone.now() + timedelta(seconds=1))
+    assert list(audit()) == []
 
 
 # --- --since, paging, the command -------------------------------------------------------------------

@@ -20,6 +20,7 @@ from toolops.runtime.bfcl import (
     bfcl_function_to_spec,
     bfcl_ground_truth_call,
 )
+from toolops.runtime.strict_mode import null_to_absent, strict_form
 from toolops.runtime.validation import DIALECT_2020_12, check_schema, compile_validator
 
 CORPUS = "bfcl"
@@ -254,6 +255,72 @@ def _value_not_of(declared: str | list[str]):
         if json_type not in declared:
             return probe
     raise AssertionError(f"no probe for {declared}")
+
+
+# --------------------------------------------------------------------------- strict mode
+
+BFCL_DEFINITIONS = 6616  # function definitions in data/*.json (repeats included)
+# Measured: definitions whose format=openai rendering is `strict: true`. Exact, so a change in
+# the strict rules shows up here. The other 212: free-form objects, untyped (`any`) parameters
+# and one minItems/maxItems on an integer (which reason is named first depends on key order).
+BFCL_STRICT = 6404
+
+
+@pytest.mark.corpora
+def test_it_renders_bfcl_definitions_strict_where_they_fit(capsys):
+    require_corpus(CORPUS)
+    total = strict = 0
+    reasons: dict[str, int] = {}
+    for param in _file_params():
+        for entry in _entries(param.values[0]):
+            for fn in entry["function"]:
+                total += 1
+                form = _strict(_key(fn))
+                if form.strict:
+                    strict += 1
+                    # The strict parameters are themselves a publishable 2020-12 schema.
+                    assert check_schema(form.parameters) == DIALECT_2020_12
+                else:
+                    kind = form.reason.split(" at ")[0]
+                    reasons[kind] = reasons.get(kind, 0) + 1
+    with capsys.disabled():
+        print(f"\nBFCL format=openai strict: {strict}/{total}; not strict: {reasons}")
+    assert total == BFCL_DEFINITIONS
+    assert strict == BFCL_STRICT
+
+
+@functools.cache
+def _strict(fn_json: str):
+    return strict_form(_spec(fn_json)["input_schema"])
+
+
+@functools.cache
+def _strict_validator(fn_json: str):
+    return compile_validator(_strict(fn_json).parameters)
+
+
+@pytest.mark.corpora
+@pytest.mark.parametrize("name", _file_params("possible_answer"))
+def test_it_maps_a_strict_calls_nulls_back_to_the_ground_truth(name):
+    """What a strict-mode model sends for a ground-truth call (every omitted optional parameter
+    as null) fits the strict schema, and null_to_absent turns it back into the ground truth
+    (a parameter whose default is null stays null), which the original schema accepts."""
+    require_corpus(CORPUS)
+    checked = 0
+    for id_, fn, params in _answered_calls(name):
+        form = _strict(_key(fn))
+        if id_ in KNOWN_BAD or not form.strict or any(p.count("/") > 1 for p in form.null_as_absent):
+            continue
+        args = bfcl_ground_truth_call(params)
+        sent = {**{p: None for p in form.parameters["required"] if p not in args}, **args}
+        assert _strict_validator(_key(fn)).validate(sent) == [], id_
+        mapped, _ = null_to_absent(sent, form.null_as_absent)
+        # Mapped back: absent again, except parameters whose declared default is null anyway.
+        kept_nulls = {k for k in set(sent) - set(args) if f"/{k}" not in form.null_as_absent}
+        assert mapped == {**args, **dict.fromkeys(kept_nulls)}, id_
+        assert _validator(_key(fn)).validate(mapped) == [], id_
+        checked += 1
+    assert checked > 0
 
 
 # --------------------------------------------------------------------------- converter

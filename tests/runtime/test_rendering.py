@@ -18,6 +18,7 @@ from toolops.runtime.rendering import (
     parse_tool_ref,
     render_tool,
     render_tools,
+    rendering_metadata,
     tool_ref,
     validate_tool_name,
 )
@@ -215,15 +216,29 @@ def test_it_renders_openai_function_definitions():
     tool = make_tool()
     rendered = render_tool(tool, "openai")
     expected_parameters = {k: v for k, v in SCHEMA.items() if k != "$schema"}
+    # Every property required, additionalProperties false, supported keywords: strict as is.
     assert rendered == {
         "type": "function",
         "function": {
             "name": "calendar-create_event_v1",
             "description": "Create an event in a calendar.",
             "parameters": expected_parameters,
-            "strict": False,
+            "strict": True,
         },
     }
+    assert rendering_metadata(tool, "openai") == {"strict": True, "strict_reason": None, "null_as_absent": []}
+    assert rendering_metadata(tool, "anthropic") == {}
+
+
+def test_it_renders_openai_non_strict_with_the_reason_when_the_schema_does_not_fit():
+    schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "calendar_id": {"type": "string", "minLength": 1}}}
+    tool = make_tool(input_schema=schema)
+    rendered = render_tool(tool, "openai")
+    assert rendered["function"]["strict"] is False
+    assert rendered["function"]["parameters"] == {k: v for k, v in schema.items() if k != "$schema"}
+    meta = rendering_metadata(tool, "openai")
+    assert meta["strict"] is False
+    assert meta["strict_reason"] == "keyword 'minLength' is not supported in strict mode at /properties/calendar_id"
 
 
 def test_it_renders_anthropic_tool_definitions():

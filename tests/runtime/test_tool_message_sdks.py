@@ -14,9 +14,11 @@ import json
 from typing import Any
 
 import pytest
+from agents.strict_schema import ensure_strict_json_schema
 from anthropic.types import TextBlockParam, ToolParam, ToolResultBlockParam
 from mcp import types as mcp_types
 from openai.types.chat import ChatCompletionToolMessageParam, ChatCompletionToolParam
+from openai.types.responses import FunctionToolParam
 from openai.types.shared_params import FunctionDefinition
 from pydantic import BaseModel, TypeAdapter
 
@@ -165,8 +167,21 @@ def make_tool(**overrides: Any) -> RenderableTool:
     return RenderableTool(**fields)
 
 
+STRICT_FITTING = {
+    "type": "object",
+    "properties": {
+        "calendar_id": {"type": "string", "description": "which calendar"},
+        "start": {"type": "string", "format": "date-time"},
+        "attendees": {"type": "array", "items": {"type": "object", "properties": {
+            "email": {"type": "string", "format": "email"}, "optional": {"type": "boolean"}}, "required": ["email"]}},
+        "reminder": {"type": "integer", "minimum": 0, "default": 10},
+    },
+    "required": ["calendar_id", "start"],
+}
+
 TOOLS = {
     **{cls: make_tool(side_effect_class=cls) for cls in SIDE_EFFECT_CLASSES},
+    "strict": make_tool(input_schema=copy.deepcopy(STRICT_FITTING)),
     "titled": make_tool(title="Create a calendar event"),
     "empty_schema": make_tool(name="clock.now", input_schema={"type": "object"}, description=""),
     "long_version": make_tool(name="web.fetch", version=123456),
@@ -178,6 +193,18 @@ def test_it_renders_a_valid_openai_tool_definition(case):
     rendered = render_tool(TOOLS[case], "openai")
     check_typed_dict(ChatCompletionToolParam, rendered, nested={"function": FunctionDefinition})
     assert rendered["function"]["name"] == TOOLS[case].model_facing_name
+
+
+def test_it_renders_strict_definitions_the_openai_sdks_accept_as_already_strict():
+    """openai-agents' ensure_strict_json_schema (OpenAI's own strict-schema helper) leaves a
+    strict rendering unchanged: nothing left to close or require, nothing it refuses."""
+    rendered = render_tool(TOOLS["strict"], "openai")
+    assert rendered["function"]["strict"] is True
+    check_typed_dict(ChatCompletionToolParam, rendered, nested={"function": FunctionDefinition})
+    parameters = rendered["function"]["parameters"]
+    assert ensure_strict_json_schema(copy.deepcopy(parameters)) == parameters
+    # And the official type of a Responses-API function tool takes it too.
+    check_typed_dict(FunctionToolParam, {"type": "function", **{k: rendered["function"][k] for k in ("name", "description", "parameters", "strict")}})
 
 
 @pytest.mark.parametrize("case", sorted(TOOLS))

@@ -202,6 +202,8 @@ class TestCallTime:
             "validator_version": version("jsonschema"),
             "dialect": DIALECT_2020_12,
             "format_assertion": True,
+            "pattern_engine": f"ECMA-262 via regex {version('regex')}",
+            "format_checkers": "toolops.runtime.formats",
         }
         draft7 = compile_validator(
             {"type": "object"}, dialect="http://json-schema.org/draft-07/schema"

@@ -90,6 +90,28 @@ def test_it_refuses_a_schema_invalid_for_its_dialect(schema):
     assert "invalid_schema" in _refused(spec)
 
 
+def test_it_refuses_a_format_it_cannot_assert_when_format_assertion_is_on():
+    schema = _schema(properties={"city": {"type": "string"}, "date": {"type": "string", "format": "int32"}})
+    spec = make_toolspec(publish=False, schema=schema, format_assertion=True)
+    message = _refused(spec)
+    assert "unsupported_format" in message and "'int32'" in message and "date-time" in message
+
+
+def test_it_publishes_an_unknown_format_as_an_annotation_when_format_assertion_is_off():
+    schema = _schema(properties={"city": {"type": "string"}, "date": {"type": "string", "format": "int32"}})
+    spec = toolspec_publish(spec=make_toolspec(publish=False, schema=schema, format_assertion=False))
+    assert spec.status == ToolSpec.Status.PUBLISHED
+
+
+def test_it_publishes_an_asserted_known_format_and_an_ecma_pattern():
+    schema = _schema(properties={
+        "city": {"type": "string", "pattern": "^\\p{Letter}[\\p{Letter} \\-]*$"},
+        "date": {"type": "string", "format": "date"},
+    })
+    spec = toolspec_publish(spec=make_toolspec(publish=False, schema=schema, format_assertion=True))
+    assert spec.status == ToolSpec.Status.PUBLISHED
+
+
 def test_it_refuses_a_ref_that_cannot_resolve_offline():
     spec = make_toolspec(publish=False, schema=_schema(properties={"city": {"$ref": "https://example.com/city.json"}}))
     assert "unresolvable_ref" in _refused(spec)

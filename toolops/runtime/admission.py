@@ -14,6 +14,7 @@ from .digest import CanonicalizationError, invocation_digest
 from .normalizers import NormalizationContext, NormalizationRejected, cached_rules, normalize_arguments
 from .parser import DEFAULT_LIMITS, ParseRejected, ParserLimits, parse_strict
 from .states import State
+from .strict_mode import null_to_absent
 from .validation import cached_validator
 
 
@@ -27,6 +28,9 @@ class ToolView:
     schema_dialect: str | None
     format_assertion: bool
     normalizers: list[dict]
+    # Set when the model saw an OpenAI strict rendering that made optional properties nullable:
+    # a null at one of these instance paths means "absent" (strict_mode.null_to_absent).
+    null_as_absent: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -108,8 +112,16 @@ def _validate_and_normalize(plan: AdmissionPlan, *, tool: ToolView, tenant: str,
     validator = cached_validator(
         (tool.name, tool.version), tool.input_schema, dialect=tool.schema_dialect, format_assertion=tool.format_assertion
     )
-    issues = validator.validate(plan.parsed)
+    arguments = plan.parsed
+    strict_mapping = None
+    if tool.null_as_absent:
+        # Before validation: the ToolSpec's own schema judges what the strict null stood for.
+        arguments, removed = null_to_absent(plan.parsed, tool.null_as_absent)
+        strict_mapping = {"null_as_absent": list(tool.null_as_absent), "removed": removed}
+    issues = validator.validate(arguments)
     plan.validation = {"schema": {**validator.record(), "valid": not issues, "issues": [i.as_dict() for i in issues]}}
+    if strict_mapping is not None:
+        plan.validation["strict_rendering"] = strict_mapping
     if issues:
         return plan.reject(
             State.VALIDATION_REJECTED,
@@ -122,7 +134,7 @@ def _validate_and_normalize(plan: AdmissionPlan, *, tool: ToolView, tenant: str,
     semantic = {"normalizers_version": context.to_record().get("normalizers_version"), "rules": tool.normalizers}
     try:
         rules = cached_rules((tool.name, tool.version), tool.normalizers)
-        plan.normalized_arguments, plan.normalization_trace = normalize_arguments(plan.parsed, rules, context)
+        plan.normalized_arguments, plan.normalization_trace = normalize_arguments(arguments, rules, context)
     except NormalizationRejected as exc:
         plan.validation["semantic"] = {**semantic, "valid": False, "error": exc.as_dict()}
         return plan.reject(

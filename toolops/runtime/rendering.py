@@ -15,7 +15,12 @@ like ``a_v1.b``). Names are case-sensitive: ``Calendar-…`` is a different tool
 The result uses only ``[A-Za-z0-9_-]`` and is capped at 64 characters, the strictest of the
 three ecosystems (OpenAI/Anthropic ``^[a-zA-Z0-9_-]{1,64}$``; MCP 1-128 of ``[A-Za-z0-9_.-]``).
 
-Stdlib only: this module is shared by the API, the worker and offline tooling.
+Stdlib only (plus the pure :mod:`toolops.runtime.strict_mode`): this module is shared by the
+API, the worker and offline tooling.
+
+``format=openai`` renders ``"strict": true`` when the input schema fits (or can be made to fit)
+OpenAI's strict subset; :func:`rendering_metadata` says whether it did, why not, and which
+``null`` values admission maps back to "absent" (see :mod:`toolops.runtime.strict_mode`).
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ import copy
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable
+
+from .strict_mode import strict_form
 
 # \A … \Z rather than ^ … $: "$" also matches before a trailing newline, so a caller using
 # .match() would otherwise accept "calendar.create_event\n".
@@ -194,16 +201,20 @@ def mcp_annotations(side_effect_class: str) -> dict[str, bool]:
 
 
 def _render_openai(tool: RenderableTool) -> dict[str, Any]:
-    # OpenAI does not want "$schema" in parameters; everything else passes through untouched.
-    # No extra keys either (it rejects unknown ones): name@version travels in a separate name_map.
-    parameters = {k: v for k, v in tool.input_schema.items() if k != "$schema"}
+    # OpenAI does not want "$schema" in parameters. No extra keys either (it rejects unknown
+    # ones): name@version travels in a separate name_map, strict-mode details in the metadata.
+    form = strict_form(tool.input_schema)
+    if form.strict:
+        parameters = form.parameters
+    else:
+        parameters = {k: v for k, v in tool.input_schema.items() if k != "$schema"}
     return {
         "type": "function",
         "function": {
             "name": tool.model_facing_name,
             "description": tool.description,
             "parameters": copy.deepcopy(parameters),
-            "strict": False,
+            "strict": form.strict,
         },
     }
 
@@ -247,6 +258,35 @@ def render_tool(tool: RenderableTool, fmt: str) -> dict:
     except (KeyError, TypeError):
         raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}") from None
     return renderer(tool)
+
+
+def rendering_metadata(tool: RenderableTool, fmt: str) -> dict:
+    """What a client should know about ``render_tool(tool, fmt)`` beyond the definition itself.
+
+    For ``openai``: ``strict`` (as rendered), ``strict_reason`` (why not, else None) and
+    ``null_as_absent`` (instance paths whose ``null`` admission treats as "absent"). Other
+    formats have no strict mode: ``{}``.
+    """
+    if fmt not in _RENDERERS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    return strict_form(tool.input_schema).metadata() if fmt == "openai" else {}
+
+
+def null_as_absent_of(rendered: dict, input_schema: dict) -> tuple[str, ...]:
+    """The null-means-absent paths admission applies to a call made with ``rendered``.
+
+    Empty unless ``rendered`` is an OpenAI definition with ``strict: true``. The paths are
+    recomputed from the (immutable) input schema and used only if that recomputation gives
+    exactly the recorded parameters; otherwise (a rendering by other code) nothing is mapped,
+    so a null stays a null and the schema refuses it: never a guess.
+    """
+    function = rendered.get("function") if isinstance(rendered, dict) else None
+    if not isinstance(function, dict) or function.get("strict") is not True:
+        return ()
+    form = strict_form(input_schema)
+    if not form.strict or form.parameters != function.get("parameters"):
+        return ()
+    return form.null_as_absent
 
 
 def render_tools(tools: Iterable[RenderableTool], fmt: str) -> list[dict]:
