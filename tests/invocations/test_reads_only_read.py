@@ -20,7 +20,7 @@ from guardian.shortcuts import assign_perm
 
 from invocations_app.confirmations import confirmations_expire_due
 from invocations_app.models import Confirmation, ResultBody, ToolMessage
-from tests.browser.conftest import CALENDAR_ARGS, make_calendar_spec, make_staff, propose
+from tests.builders import CALENDAR_ARGS, admit_proposal as propose, make_calendar_spec, make_staff
 from rest_framework.test import APIClient
 
 from tests.builders import Agent, make_grant, make_subject, make_tenant, make_token
