@@ -20,7 +20,7 @@ from guardian.shortcuts import assign_perm
 
 from invocations_app.confirmations import confirmations_expire_due
 from invocations_app.models import Confirmation, ResultBody, ToolMessage
-from tests.builders import CALENDAR_ARGS, admit_proposal as propose, make_calendar_spec, make_staff
+from tests.builders import CALENDAR_ARGS, admit_proposal, make_calendar_spec, make_staff
 from rest_framework.test import APIClient
 
 from tests.builders import Agent, make_grant, make_subject, make_tenant, make_token
@@ -48,7 +48,7 @@ def overdue():
     calendar = make_calendar_spec()
     subject = make_subject(tenant=make_tenant(slug="acme"), name="planner")
     make_grant(subject=subject, capability="calendar.write", operation_class="create", scope_kind="exact", scope_values=["primary"])
-    invocation = propose(subject, calendar, CALENDAR_ARGS)
+    invocation = admit_proposal(subject=subject, spec=calendar, arguments=CALENDAR_ARGS)
     confirmation = Confirmation.objects.get(invocation=invocation, state="pending")
     Confirmation.objects.filter(pk=confirmation.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     approver = make_staff("approver")
