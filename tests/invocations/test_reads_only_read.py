@@ -20,7 +20,7 @@ from guardian.shortcuts import assign_perm
 
 from invocations_app.confirmations import confirmations_expire_due
 from invocations_app.models import Confirmation, ResultBody, ToolMessage
-from tests.builders import CALENDAR_ARGS, admit_proposal, make_calendar_spec, make_staff
+from tests.builders import CALENDAR_ARGS, admit_proposal, make_demo_spec, make_staff
 from rest_framework.test import APIClient
 
 from tests.builders import Agent, make_grant, make_subject, make_tenant, make_token
@@ -45,13 +45,13 @@ def read(client, path, **params):
 @pytest.fixture
 def overdue():
     """A pending confirmation past its time that the beat task has not seen yet."""
-    calendar = make_calendar_spec()
+    calendar = make_demo_spec(name="calendar.create_event")
     subject = make_subject(tenant=make_tenant(slug="acme"), name="planner")
     make_grant(subject=subject, capability="calendar.write", operation_class="create", scope_kind="exact", scope_values=["primary"])
     invocation = admit_proposal(subject=subject, spec=calendar, arguments=CALENDAR_ARGS)
     confirmation = Confirmation.objects.get(invocation=invocation, state="pending")
     Confirmation.objects.filter(pk=confirmation.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
-    approver = make_staff("approver")
+    approver = make_staff(username="approver")
     assign_perm("specs_app.approve_toolspec", approver, calendar)
     client = Client()
     client.force_login(approver)
@@ -86,7 +86,7 @@ def test_it_leaves_the_expiry_to_the_beat_task(overdue):
 
 def test_it_writes_nothing_when_the_record_and_the_dashboard_are_read(overdue):
     confirmation, _ = overdue
-    admin = make_staff("root", superuser=True)
+    admin = make_staff(username="root", superuser=True)
     client = Client()
     client.force_login(admin)
     for path in (f"/console/calls/{confirmation.invocation_id}/", f"/console/confirmations/{confirmation.pk}/",
