@@ -54,6 +54,7 @@ from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
 
 from . import executors
+from .remote_keys import recorded_remote_key
 from .models import Event, IdempotencyRecord, Invocation, Run
 from .results import invocation_finish_with_message
 from .services import TransitionConflict, event_append, invocation_transition
@@ -208,14 +209,11 @@ def _already_resolved(invocation: Invocation) -> AlreadyResolved:
 # --- look up now -------------------------------------------------------------------------------
 
 def _attempt_context(invocation: Invocation) -> executors.AttemptContext:
-    from .execution import attempt_timeout  # execution builds on results/services like this module
+    from .execution import attempt_context  # execution builds on results/services like this module
 
-    return executors.AttemptContext(
-        invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
-        side_effect_class=invocation.tool_spec.side_effect_class, attempt=invocation.attempt_count,
-        idempotency_key=invocation.idempotency_key, traceparent=f"00-{invocation.trace_id}-{new_span_id()}-01",
-        timeout_seconds=attempt_timeout(invocation),
-    )
+    # The lookup asks for the key the remote was actually sent (derived per tenant, SPEC §8).
+    return attempt_context(invocation, number=invocation.attempt_count, span_id=new_span_id(),
+                           remote_key=recorded_remote_key(invocation))
 
 
 def _capped(value) -> object:

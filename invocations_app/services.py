@@ -15,7 +15,7 @@ import uuid
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any, Sequence
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
@@ -33,6 +33,7 @@ from toolops.runtime.parser import ParserLimits, parser_record
 from toolops.runtime.rendering import FORMATS, render_tool
 from toolops.runtime.states import CANCELLABLE, TERMINAL, State, TransitionNotAllowed, is_allowed
 from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
+from toolops.runtime.zones import is_iana_zone
 
 from .budgets import budget_take
 from .models import Confirmation, Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal, Run
@@ -151,10 +152,10 @@ def event_append(*, invocation: Invocation, kind: str, data: dict | None = None,
 
 def run_create(*, subject: Subject, budgets: dict, timezone_name: str, locale: str, metadata: dict, trace: TraceContext | None) -> Run:
     """Open a Run for ``subject``; its trace continues the caller's or starts a new one."""
-    try:
-        ZoneInfo(timezone_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ApplicationError(f"unknown IANA timezone {timezone_name!r}", code="invalid_timezone") from None
+    # An IANA name, not merely something zoneinfo can load: "localtime" would make normalization
+    # (and so the digest) depend on the host, and "UTC+8" style offsets are no zone at all.
+    if not is_iana_zone(timezone_name):
+        raise ApplicationError(f"unknown IANA timezone {timezone_name!r}", code="invalid_timezone")
     return Run.objects.create(
         tenant_id=subject.tenant_id, subject=subject, budgets=budgets, timezone=timezone_name, locale=locale,
         metadata=metadata, trace_id=trace.trace_id if trace else new_trace_id(),
@@ -175,6 +176,19 @@ def _require_active(run: Run) -> None:
         raise Conflict(f"run {run.pk} has ended ({run.status}: {run.end_reason})", code="run_ended")
 
 
+def _require_own_context(run: Run, context: list[str]) -> None:
+    """Every context id names an invocation of the run's tenant. Another tenant's id is refused
+    exactly like one that does not exist, so the answer tells nothing about other tenants."""
+    wanted = {str(c) for c in context}
+    if not wanted:
+        return
+    found = {str(pk) for pk in Invocation.objects.filter(pk__in=wanted, tenant_id=run.tenant_id).values_list("pk", flat=True)}
+    missing = sorted(wanted - found)
+    if missing:
+        raise ApplicationError("context names invocations that do not exist in this tenant", code="unknown_context",
+                               extra={"invocation_ids": missing})
+
+
 def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, context: list[str]) -> ModelCall:
     """Record one model request with the exact tool versions it is shown, rendered in ``fmt``.
 
@@ -185,6 +199,7 @@ def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, contex
         raise ApplicationError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
     _require_active(run)
     specs = _resolve_tool_refs(run.subject, tool_refs)
+    _require_own_context(run, context)
     budget_take(run=run, key="model_calls")
     with transaction.atomic():
         call = ModelCall.objects.create(run=run, format=fmt, context=[str(c) for c in context], span_id=new_span_id())

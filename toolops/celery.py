@@ -2,7 +2,9 @@
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import after_setup_logger, after_setup_task_logger, task_postrun, task_prerun
+
+from toolops.log_redaction import install_on_handlers
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 
@@ -22,3 +24,10 @@ def _recycle_db_connections(task=None, **kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _redact_secrets_in_worker_logs(logger=None, **kwargs) -> None:
+    """Celery replaces the root handlers in workers: put the secret filter on its handlers too."""
+    install_on_handlers(logger)

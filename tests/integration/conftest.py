@@ -148,10 +148,14 @@ def worker(worker_env, tmp_path, transactional_db):
 
 
 @pytest.fixture
-def demo_agent(transactional_db):
-    """The demo data (ToolSpecs with executors, grants) and an API client for its agent."""
+def demo_agent(transactional_db, demo_services, settings):
+    """The demo data (ToolSpecs with executors, grants) and an API client for its agent.
+
+    The web.read grant names the demo services' address, so it is loaded once that is known."""
     from specs_app.demo import load_demo
     from specs_app.models import Subject
+
+    settings.TOOLOPS_DEMO_SERVICES_URL = demo_services.base
 
     load_demo(token="tko_integration_token")
     subject = Subject.objects.get(name="demo-agent")
@@ -170,4 +174,16 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
     raise AssertionError(f"condition not met within {timeout} s")
 
 
-__all__ = ["wait_for", "make_token"]
+def remote_key_of(invocation_id) -> str:
+    """The key the remote was sent for an invocation: one derived key on every attempt, never the raw key."""
+    from invocations_app.models import Attempt, Invocation
+
+    keys = set(Attempt.objects.filter(invocation_id=invocation_id).values_list("remote_key", flat=True))
+    raw = Invocation.objects.get(pk=invocation_id).idempotency_key
+    assert len(keys) == 1, keys
+    [key] = keys
+    assert key.startswith("tk1-") and key != raw and raw not in key
+    return key
+
+
+__all__ = ["wait_for", "make_token", "remote_key_of"]

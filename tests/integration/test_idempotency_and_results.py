@@ -29,7 +29,7 @@ from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 from tests.builders import Agent
 
-from .conftest import wait_for
+from .conftest import remote_key_of, wait_for
 
 # --- shared helpers ---------------------------------------------------------------------------
 
@@ -329,7 +329,7 @@ def test_fifty_concurrent_posts_with_one_key_make_one_call_and_one_event(demo_ag
     events = demo_services.calendar_events("primary")
     assert [e["id"] for e in events] == [done["result"]["external_resource_id"]]
     posts = _calendar_posts(demo_services)
-    assert len(posts) == 1 and posts[0]["idempotency_key"] == key
+    assert len(posts) == 1 and posts[0]["idempotency_key"] == remote_key_of(original)
     # Once observed, the key answers with the original result.
     late = _post(demo_agent, call, "call_late", CAL, CAL_ARGS, key=key)
     assert late.status_code == 200 and late.json()["id"] == original

@@ -46,7 +46,7 @@ from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 
-from .conftest import wait_for
+from .conftest import remote_key_of, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.redis]
 
@@ -210,7 +210,7 @@ def test_429_with_retry_after_on_write_idempotent_backs_off_and_resends_the_same
 
     posts = _posts(demo_services, "calendar")
     assert [p["status"] for p in posts] == [429, 201]
-    assert {p["idempotency_key"] for p in posts} == {done["idempotency_key"]}
+    assert {p["idempotency_key"] for p in posts} == {remote_key_of(inv["id"])}
     _assert_traceparents(demo_services.requests_log("calendar"), inv["id"])
     events_created = demo_services.calendar_events("primary")
     assert [e["id"] for e in events_created] == [done["result"]["external_resource_id"]]
@@ -255,7 +255,7 @@ def test_503_on_write_idempotent_is_unknown_then_looked_up_and_resent_with_the_s
     assert resend["data"] == {"attempt": 2, "resend_same_key": True}
 
     log = demo_services.requests_log("calendar")
-    key = done["idempotency_key"]
+    key = remote_key_of(inv["id"])  # what the remote knows the call by: sent, looked up and re-sent
     assert [(r["method"], r["status"]) for r in log] == [("POST", 503), ("GET", 404), ("POST", 201)]
     assert unquote(log[1]["path"]).endswith(f"/calendar/events/by-key/{key}")
     assert {p["idempotency_key"] for p in _posts(demo_services, "calendar")} == {key}
@@ -306,7 +306,7 @@ def test_timeout_on_write_idempotent_is_reconciled_by_lookup_into_the_one_event(
     [committed] = [e for e in events if e["to_state"] == "COMMITTED"]
     assert committed["data"]["by"] == "lookup"
     posts = _posts(demo_services, "calendar")
-    assert len(posts) == 1 and posts[0]["idempotency_key"] == done["idempotency_key"]
+    assert len(posts) == 1 and posts[0]["idempotency_key"] == remote_key_of(inv["id"])
 
 
 def test_timeout_on_write_unsafe_stays_unknown_and_pays_once(demo_agent, worker, demo_services):
