@@ -28,7 +28,7 @@ from urllib.parse import quote, urlsplit
 
 from django.conf import settings
 
-from toolops.runtime.egress import EgressRefused, openers_from_allowlist
+from toolops.runtime.egress import MAX_REDIRECTS, EgressRefused, openers_from_allowlist
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status
 from toolops.runtime.parser import ParseRejected, parse_strict
 from toolops.runtime.requirements import resolve_pointer
@@ -43,7 +43,6 @@ _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 # A template whose scheme and authority are written out (or are the operator's ``{base}``) sends
 # to a fixed origin; any other (``{url}``) takes its URL from the model and needs URL grants.
 _FIXED_ORIGIN = re.compile(r"^(\{base\}(/|$)|https?://[^{}/?#]+(/|$))", re.IGNORECASE)
-MAX_REDIRECTS = 5
 
 
 @dataclass(frozen=True)
@@ -107,8 +106,11 @@ def lookup(*, config: dict, arguments: Any, ctx: AttemptContext) -> LookupOutcom
             _policy(config, spec["url"], ctx),
         )
     except EgressRefused as exc:
-        return LookupOutcome(committed=None, detail={"error": exc.code})
-    except (TransportFailure, KeyError, TypeError, ValueError) as exc:
+        return LookupOutcome(committed=None, detail={"reason": f"the egress policy refused the lookup ({exc.code})"})
+    except TransportFailure as exc:
+        why = "the tool did not answer in time" if exc.reached else "the tool could not be reached"
+        return LookupOutcome(committed=None, detail={"reason": why})
+    except (KeyError, TypeError, ValueError) as exc:
         return LookupOutcome(committed=None, detail={"error": type(exc).__name__})
     if resp.status == _int(spec.get("found"), 200):
         body = _json(resp)

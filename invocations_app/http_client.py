@@ -223,8 +223,9 @@ def secret_header_names(config_headers: Mapping[str, object] | None) -> frozense
 
 
 def grants_for_egress(authorization: Mapping | None) -> tuple[Mapping, ...]:
-    """The grant snapshots an invocation was authorized with (their scopes bound every hop)."""
-    grants = (authorization or {}).get("used_grants") or ()
+    """The grant snapshots an invocation was authorized with (their scopes bound every hop);
+    ``invocations_app.authorization`` stores them as ``capabilities``."""
+    grants = (authorization or {}).get("capabilities") or ()
     return tuple(g for g in grants if isinstance(g, Mapping))
 
 

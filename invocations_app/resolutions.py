@@ -56,7 +56,7 @@ from toolops.runtime.tracecontext import new_span_id
 from . import executors
 from .remote_keys import recorded_remote_key
 from .models import Event, IdempotencyRecord, Invocation, Run
-from .results import invocation_finish_with_message
+from .results import invocation_finish_with_message, redacted
 from .services import TransitionConflict, event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
@@ -241,8 +241,10 @@ def resolution_lookup(*, invocation: Invocation, user, reason: str) -> LookupOut
         found = LookupOutcome(committed=None, detail={"error": type(exc).__name__})
     event_append(
         invocation=invocation, kind="support_lookup", actor=_actor(user),
-        data={"reason": reason, "committed": found.committed, "external_resource_id": found.external_resource_id,
-              "detail": found.detail, "value": _capped(found.value)},
+        # What a remote answered may echo credentials in any encoding: redacted before it is kept.
+        data=redacted(invocation, {"reason": reason, "committed": found.committed,
+                                   "external_resource_id": found.external_resource_id, "detail": found.detail,
+                                   "value": _capped(found.value)}),
     )
     return found
 

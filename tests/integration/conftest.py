@@ -124,6 +124,7 @@ def worker_env(demo_services, tmp_path, settings, django_db_setup):
         "TOOLOPS_QUEUE": queue,
         "TOOLOPS_DEMO_SERVICES_URL": demo_services.base,
         "TOOLOPS_TOOL_SECRETS": json.dumps(settings.TOOLOPS_TOOL_SECRETS),
+        "TOOLOPS_EGRESS_ALLOW": ",".join(settings.TOOLOPS_EGRESS_ALLOW),
         "TOOLOPS_VAR_DIR": str(tmp_path / "var"),
     }
     settings.TOOLOPS_DEMO_SERVICES_URL = demo_services.base

@@ -27,7 +27,7 @@ from invocations_app.models import (
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
-from tests.builders import Agent
+from tests.builders import Agent, make_grant
 
 from .conftest import remote_key_of, wait_for
 
@@ -638,6 +638,10 @@ def _echo_spec() -> ToolSpec:
 
 def _run_echo(demo_agent, echo_server, path: str, proposal_id: str) -> tuple[dict, list[bytes]]:
     spec = ToolSpec.objects.filter(name="web.fetch_authed").first() or _echo_spec()
+    # The demo web.read grant names only the demo pages: the echo server needs its own URL scope
+    # (naming its loopback address, which the egress deny-list otherwise refuses).
+    make_grant(capability="web.read", subject=demo_agent.subject, scope_kind="url_prefix",
+               scope_values=[f"{echo_server.base}/"])
     call = _model_call(demo_agent, [spec.ref])
     inv = _created(_post(demo_agent, call, proposal_id, spec.ref, {"url": f"{echo_server.base}{path}"}))
     done = _settled(demo_agent, inv["id"], states=("OBSERVED", "FAILED_BEFORE_COMMIT"))

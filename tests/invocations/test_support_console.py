@@ -251,15 +251,15 @@ def test_it_looks_up_now_shows_the_answer_records_who_and_why_and_changes_nothin
     client = client_for(support)
     resp = act(client, unknown, "lookup", reason="customer asks whether the money left")
     [message] = messages_of(resp)
-    assert "answered: unknown — tool offers no lookup" in message and "Nothing was changed" in message
+    assert "answered: unknown — the tool could not be reached" in message and "Nothing was changed" in message
     unknown.refresh_from_db()
     assert unknown.state == "OUTCOME_UNKNOWN" and unknown.commit_status == "unknown"
     event = Event.objects.get(invocation=unknown, kind="support_lookup")
     assert event.actor == "user:support" and event.from_state == event.to_state == "OUTCOME_UNKNOWN"
     assert event.data["reason"] == "customer asks whether the money left"
-    assert event.data["committed"] is None and event.data["detail"] == {"reason": "tool offers no lookup"}
+    assert event.data["committed"] is None and event.data["detail"] == {"reason": "the tool could not be reached"}
     row = resp.context["rows"][0]
-    assert row.last_lookup_text == "unknown — tool offers no lookup"
+    assert row.last_lookup_text == "unknown — the tool could not be reached"
     assert 'data-testid="lookup-answer"' in resp.content.decode()
 
 

@@ -28,6 +28,9 @@ from urllib.parse import urljoin, urlsplit
 
 from .authorization import UrlParts, host_matches, normalize_host, url_parts, url_prefix_matches
 
+# The most redirect hops a ToolSpec may allow (``executor.follow_redirects``, default 0).
+MAX_REDIRECTS = 5
+
 SCHEME_REFUSED = "scheme_refused"
 BAD_URL = "bad_url"
 OUT_OF_SCOPE = "egress_out_of_scope"
