@@ -523,7 +523,7 @@ def test_sigkill_mid_attempt_on_write_idempotent_recovers_into_exactly_one_event
     assert len(created) == 1  # the server finished the delayed request although its client died
     assert done["result"]["external_resource_id"] == created[0]["id"]
     posts = _posts(demo_services, "calendar")
-    assert posts and {p["idempotency_key"] for p in posts} == {done["idempotency_key"]}
+    assert posts and {p["idempotency_key"] for p in posts} == {remote_key_of(inv["id"])}
     events = _assert_attempt_trace(demo_agent, inv["id"])
     abandoned = [e["data"] for e in events if e["kind"] == "attempt_abandoned"]
     assert abandoned == [{"attempt": 1, "sent": True}]

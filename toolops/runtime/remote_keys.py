@@ -3,7 +3,7 @@
 Remote key spaces are shared by every tenant of ToolOps, so the raw key (``req-42``) would let
 tenant B replay tenant A's effect — or learn that A used the key. The remote key is
 
-    "tk1-" + hex(HMAC-SHA256(secret, JCS-style canonical JSON ["toolops.remote-key/1", tenant_id, "name@version", key]))
+    "tk1-" + hex(HMAC-SHA256(secret, json ["toolops.remote-key/1", tenant_id, "name@version", key]))
 
 * **deterministic**: the same (tenant, tool, key) gives the same remote key on every attempt,
   re-send and lookup — the remote's own deduplication keeps working across retries;
@@ -13,8 +13,8 @@ tenant B replay tenant A's effect — or learn that A used the key. The remote k
   often guessable (``req-42``), so SHA-256 of the tuple could be recomputed by anyone who can
   talk to the remote directly and used to look another tenant's effect up or pre-empt it. With
   a server-side secret the remote key reveals nothing and cannot be forged.
-* canonical JSON (sorted-free array, no whitespace, UTF-8) makes the tuple unambiguous: no
-  choice of separators lets ``("a|b", "c")`` collide with ``("a", "b|c")``.
+* the tuple is encoded as a compact JSON array (UTF-8, no whitespace): quoting makes it
+  unambiguous, so ``("a|b", "c")`` can never collide with ``("a", "b|c")``.
 
 The derived key is recorded on each attempt, and lookups use the recorded one: a rotated secret
 never strands an outcome that is still being reconciled. Stdlib only.

@@ -15,9 +15,10 @@ Payload shapes — success and failure differ by schema, not only by wording::
 plus ``"redactions": N`` when anything was redacted and ``"untrusted_fields": [pointers]`` when
 strings were marked as outside text. The steps, in order:
 
-1. **Redaction first**, over the value, the error and the external resource id: every literal
-   secret (the tool's credentials) and every match of a configured regex is replaced by
-   ``[REDACTED]`` in every string, object keys included. A number whose decimal text contains
+1. **Redaction first**, over the value, the error and the external resource id: every secret
+   (the tools' credentials) in every encoding a remote may echo it in — any case, base64 at any
+   offset, hex, ``%XX``, ``\\u`` escapes (``secret_forms``) — and every match of a configured
+   regex is replaced by ``[REDACTED]`` in every string, object keys included. A number whose decimal text contains
    a secret or matches a pattern is replaced whole by the string ``[REDACTED]``. Should a
    secret still show up in the final bytes (split across JSON structure), encoding refuses
    with SecretLeakError rather than return it.
