@@ -22,6 +22,7 @@ from guardian.shortcuts import assign_perm
 
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, IdempotencyRecord, Invocation, ToolMessage
+from invocations_app.remote_keys import invocation_remote_key
 from invocations_app.resolutions import (
     AlreadyResolved, SecondPersonRequired, resolution_confirm, resolution_mark_committed, resolution_mark_not_committed,
 )
@@ -390,9 +391,11 @@ def test_it_looks_up_then_resends_a_calendar_call_with_the_same_key_creating_one
 def test_it_prefills_mark_committed_from_a_lookup_that_finds_the_effect(demo_services):
     calendar = make_spec("calendar.create_event")
     unknown = make_unknown(make_planner(), calendar, CALENDAR_ARGS)
-    # The first attempt did reach the calendar; only its response was lost.
+    # The first attempt did reach the calendar (under the key derived for the tenant, SPEC §8);
+    # only its response was lost.
     created = requests.post(
-        f"{demo_services}/calendar/calendars/primary/events", timeout=5, headers={"Idempotency-Key": unknown.idempotency_key},
+        f"{demo_services}/calendar/calendars/primary/events", timeout=5,
+        headers={"Idempotency-Key": invocation_remote_key(unknown)},
         json={"title": CALENDAR_ARGS["title"], "start": unknown.normalized_arguments["start"], "duration_minutes": 45},
     ).json()
     boss = make_staff("boss", superuser=True)
