@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import socket
 import threading
 import time
@@ -211,7 +212,7 @@ def execution_run(*, invocation: Invocation, attempt: Attempt) -> Invocation:
         update_by_pk(attempt, {"sent_at": timezone.now()})
     ctx = attempt_context(invocation, number=attempt.number, span_id=attempt.span_id,
                           remote_key=attempt.remote_key or invocation_remote_key(invocation))
-    with trace_scope(invocation.trace_id, attempt.span_id), AttemptLease(attempt.pk):
+    with trace_scope(invocation.trace_id, attempt.span_id), LEASES.hold(attempt.pk):
         logger.info("attempt %s of %s sent", attempt.number, invocation.tool_ref)
         outcome = _execute_safely(invocation, attempt, ctx)
         logger.info("attempt %s ended: commit=%s failure=%s", attempt.number, outcome.commit, outcome.failure_class)
@@ -234,35 +235,66 @@ def attempt_context(invocation: Invocation, *, number: int, span_id: str, remote
     )
 
 
-class AttemptLease:
-    """Renews an open attempt's lease from a side thread while the worker is alive and busy.
+class _LeaseKeeper:
+    """One thread per worker process renews the leases of every attempt the process is running.
 
-    The first renewal comes after LEASE_RENEW_SECONDS, so a quick attempt never opens the
-    thread's own database connection; a slow one keeps proving its worker is alive.
+    A single ``UPDATE … WHERE id IN (…)`` every LEASE_RENEW_SECONDS, only while something runs:
+    a quick attempt costs a set insert and removal, no thread start and no extra connection.
+    Started lazily in the process that uses it (a forked pool child starts its own).
     """
 
-    def __init__(self, attempt_id) -> None:
-        self.attempt_id = attempt_id
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"lease-{attempt_id}", daemon=True)
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: dict[object, int] = {}
+        self.pid: int | None = None
 
-    def __enter__(self) -> "AttemptLease":
-        self.thread.start()
+    def hold(self, attempt_id) -> "_LeaseHold":
+        return _LeaseHold(self, attempt_id)
+
+    def _add(self, attempt_id) -> None:
+        with self.lock:
+            if self.pid != os.getpid():
+                self.pid = os.getpid()
+                threading.Thread(target=self._run, name="attempt-leases", daemon=True).start()
+            self.active[attempt_id] = self.active.get(attempt_id, 0) + 1
+
+    def _remove(self, attempt_id) -> None:
+        with self.lock:
+            left = self.active.get(attempt_id, 0) - 1
+            if left > 0:
+                self.active[attempt_id] = left
+            else:
+                self.active.pop(attempt_id, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(LEASE_RENEW_SECONDS)
+            with self.lock:
+                ids = list(self.active)
+            if not ids:
+                continue
+            try:
+                connection.close_if_unusable_or_obsolete()
+                Attempt.objects.filter(pk__in=ids, ended_at__isnull=True).update(
+                    lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS))
+            except Exception:  # noqa: BLE001 - a failed renewal lets a lease lapse; it must not stop the keeper
+                logger.exception("attempt lease renewal failed")
+                connection.close()
+
+
+class _LeaseHold:
+    def __init__(self, keeper: _LeaseKeeper, attempt_id) -> None:
+        self.keeper, self.attempt_id = keeper, attempt_id
+
+    def __enter__(self) -> "_LeaseHold":
+        self.keeper._add(self.attempt_id)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(timeout=LEASE_RENEW_SECONDS * 2)
+        self.keeper._remove(self.attempt_id)
 
-    def _run(self) -> None:
-        try:
-            while not self.stop.wait(LEASE_RENEW_SECONDS):
-                Attempt.objects.filter(pk=self.attempt_id, ended_at__isnull=True).update(
-                    lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS))
-        except Exception:  # noqa: BLE001 - a failed renewal only lets the lease lapse; never kill the attempt
-            logger.exception("attempt lease renewal failed")
-        finally:
-            connection.close()  # this thread's own connection
+
+LEASES = _LeaseKeeper()
 
 
 def _execute_safely(invocation: Invocation, attempt: Attempt, ctx) -> ExecutionOutcome:
