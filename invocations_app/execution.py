@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -378,6 +379,8 @@ def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: Execu
 
 def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
     side_effect = invocation.tool_spec.side_effect_class
+    if outcome.external_resource_id is not None:  # a column of its own: kept as redacted as the rest
+        outcome = replace(outcome, external_resource_id=redacted(invocation, outcome.external_resource_id))
     record = redacted(invocation, outcome.to_dict())  # tools may echo credentials back
     if outcome.ok:
         _close_attempt(attempt, commit=outcome.commit, failure_class=None, outcome=record)
@@ -543,6 +546,8 @@ def reconcile(*, invocation: Invocation) -> str:
     ctx = attempt_context(invocation, number=invocation.attempt_count, span_id=new_span_id(),
                           remote_key=recorded_remote_key(invocation))
     found = executors.lookup(config=spec.executor or {}, arguments=invocation.normalized_arguments, ctx=ctx)
+    if found.external_resource_id is not None:
+        found = replace(found, external_resource_id=redacted(invocation, found.external_resource_id))
     event_append(invocation=invocation, kind="reconciliation_lookup", data=redacted(invocation, {
         "committed": found.committed, "external_resource_id": found.external_resource_id, "detail": found.detail,
     }))

@@ -121,14 +121,24 @@ def _resolve(target: Target, deadline: float) -> list[str]:
     literal = literal_address(target.parts.host)
     if literal is not None:
         return [literal]
-    if time.monotonic() >= deadline:
-        raise TransportFailure("the attempt deadline passed before the request was sent", reached=False, deadline=True)
-    try:
-        infos = socket.getaddrinfo(target.parts.host, target.parts.port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise TransportFailure(f"cannot resolve {target.parts.host} ({type(exc).__name__})", reached=False) from None
+    answer: dict[str, object] = {}
+    done = threading.Event()
+
+    def lookup() -> None:  # getaddrinfo has no timeout of its own: the deadline bounds the wait
+        try:
+            answer["infos"] = socket.getaddrinfo(target.parts.host, target.parts.port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            answer["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="resolve", daemon=True).start()
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        raise TransportFailure(f"resolving {target.parts.host} outlasted the attempt deadline", reached=False, deadline=True)
+    if "error" in answer:
+        raise TransportFailure(f"cannot resolve {target.parts.host} ({type(answer['error']).__name__})", reached=False)
     seen: dict[str, None] = {}
-    for info in infos:
+    for info in answer["infos"]:
         seen.setdefault(info[4][0], None)
     return list(seen)
 

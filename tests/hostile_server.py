@@ -43,7 +43,6 @@ def echo_encodings(value: str) -> dict[str, str]:
         "percent": "".join("%%%02X" % b for b in raw),
         "urlquote": quote(value, safe=""),
         "json_u": "".join("\\u%04x" % ord(c) for c in value),
-        "reversed_words": " ".join(value.split(" ")),
     }
 
 

@@ -58,8 +58,9 @@ def _hostile_tool(hostile, *, name="hostile.fetch", timeout=3, attempts=2, follo
         timeout_policy={"attempt_timeout_seconds": timeout, "deadline_seconds": 30},
         retry_policy={"initial_interval": 0.2, "backoff_coefficient": 1, "maximum_interval": 0.2, "maximum_attempts": attempts},
         result_policy={"max_bytes": 2048, "max_response_bytes": max_response, "oversize": oversize},
+        # The echo route puts the credential where the resource id is read from, too.
         executor={"kind": "http", "method": "GET", "url": "{url}", "headers": {"Authorization": "secret:HOSTILE_TOKEN"},
-                  "follow_redirects": follow},
+                  "follow_redirects": follow, "resource_id_pointer": "/raw_escaped"},
     )
 
 
@@ -280,6 +281,7 @@ def test_it_redacts_an_echoed_secret_in_every_encoding_everywhere(hostile, hwork
     ids = [_call(agent, "hostile.fetch@1", {"url": f"{hostile.base}{p}"})["id"] for p in ("/echo", "/echo-text", "/echo-error")]
     done = [_settled(agent, i) for i in ids]
     assert [d["state"] for d in done] == ["OBSERVED", "OBSERVED", "FAILED_BEFORE_COMMIT"], done
+    assert "[REDACTED]" in Invocation.objects.get(pk=ids[0]).external_resource_id
     # The secret did go out (the server saw it) and came back in 14 encodings.
     assert any(e["headers"].get("Authorization") == f"Bearer {HOSTILE_SECRET}" for e in hostile.log)
     messages = b"".join(
