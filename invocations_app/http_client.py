@@ -28,7 +28,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import certifi
 from urllib3.connection import HTTPConnection, HTTPSConnection
@@ -238,6 +238,3 @@ def grants_for_egress(authorization: Mapping | None) -> tuple[Mapping, ...]:
     grants = (authorization or {}).get("capabilities") or ()
     return tuple(g for g in grants if isinstance(g, Mapping))
 
-
-def openers_union(*groups: Sequence[tuple[str, int]] | set) -> frozenset[tuple[str, int]]:
-    return frozenset(pair for group in groups for pair in group)

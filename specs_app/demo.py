@@ -4,8 +4,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
-from .models import ApiToken, Capability, Grant, Subject, Tenant, ToolSpec
+from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec
 from .services import api_token_issue, token_hash, toolspec_publish
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -156,9 +157,26 @@ DEMO_GRANTS = [
 ]
 
 
+DEMO_GRANT_REASON = "demo data (load_demo)"
+
+
 def demo_scope_values(values: list[str]) -> list[str]:
     base = settings.TOOLOPS_DEMO_SERVICES_URL.rstrip("/")
     return [v.replace("{base}", base) for v in values]
+
+
+def _retire_outdated_demo_grant(tenant, subject, capability, scope_kind: str, scope_values: list[str]) -> None:
+    """A demo grant an older ``load_demo`` wrote with a wider scope (``web.read`` on the domain
+    suffixes 127.0.0.1 / localhost reached every demo service and ToolOps itself) is revoked,
+    with a GrantChange, so the tightened one replaces it. Grants people made are left alone."""
+    outdated = Grant.objects.filter(
+        tenant=tenant, subject=subject, capability=capability, revoked_at__isnull=True, reason=DEMO_GRANT_REASON,
+    ).exclude(scope_kind=scope_kind, scope_values=scope_values)
+    for grant in outdated:
+        why = "demo grant tightened: URL scopes pin scheme, host and port (issue 11)"
+        if Grant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(revoked_at=timezone.now(), revoke_reason=why):
+            GrantChange.objects.create(grant=grant, action="revoked", actor=None, reason=why,
+                                       data={"scope_kind": grant.scope_kind, "scope_values": grant.scope_values})
 
 
 @transaction.atomic
@@ -176,11 +194,12 @@ def load_demo(*, token: str | None = None, admin_password: str | None = None, ad
             toolspec_publish(spec=spec)
     for name, op, scope_kind, scope_values, effect, limits in DEMO_GRANTS:
         capability, _ = Capability.objects.get_or_create(name=name, defaults={"operation_class": op})
+        _retire_outdated_demo_grant(tenant, subject, capability, scope_kind, demo_scope_values(scope_values))
         if not Grant.objects.filter(tenant=tenant, subject=subject, capability=capability, revoked_at__isnull=True).exists():
             Grant.objects.create(
                 capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind,
                 scope_values=demo_scope_values(scope_values),
-                effect=effect, limits=limits, reason="demo data (load_demo)",
+                effect=effect, limits=limits, reason=DEMO_GRANT_REASON,
             )
     issued = None
     if token:
