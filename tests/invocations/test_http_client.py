@@ -144,3 +144,15 @@ def test_it_connects_to_the_checked_address_with_the_host_name_as_tls_sni(tmp_pa
     listener.close()
     assert seen == ["localhost"]
     assert exc.value.reached is False  # the handshake failed: no request was written
+
+
+@pytest.mark.parametrize("host", ["2130706433", "0x7f000001", "0177.0.0.1", "127.1", "localhost", "[::1]",
+                                  "[::ffff:127.0.0.1]", "0.0.0.0", "127.0.0.1."])
+def test_it_refuses_loopback_however_the_host_spells_it(hostile, host):
+    """Numeric, octal, hex, short and mapped spellings all resolve to a denied address; with a
+    grant that allows any URL but names no address, nothing is sent."""
+    before = len(hostile.log)
+    with pytest.raises((EgressRefused, TransportFailure)) as exc:
+        send(_get(f"http://{host}:{hostile.port}/page/small"), _policy(hostile, grants=({"scope_kind": "any"},)))
+    assert isinstance(exc.value, EgressRefused) and exc.value.code in ("egress_address_denied", "bad_url"), exc.value
+    assert len(hostile.log) == before
