@@ -275,11 +275,13 @@ class _LeaseKeeper:
             if not ids:
                 continue
             try:
-                connection.close_if_unusable_or_obsolete()
                 Attempt.objects.filter(pk__in=ids, ended_at__isnull=True).update(
                     lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS))
             except Exception:  # noqa: BLE001 - a failed renewal lets a lease lapse; it must not stop the keeper
                 logger.exception("attempt lease renewal failed")
+            finally:
+                # Only slow attempts get here, every few seconds: a connection per round costs
+                # little and none is left open (an idle session would hold its database busy).
                 connection.close()
 
 
