@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import socket
+import threading
+import time
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from specs_app.models import Tenant, ToolSpec
@@ -39,16 +44,24 @@ from toolops.tracelog import trace_scope
 from . import executors
 from .budgets import attempt_refusal, budget_take
 from .dispatch import enqueue_execution
+from .http_client import grants_for_egress
 from .models import Attempt, Confirmation, Invocation, Proposal, Run
+from .remote_keys import invocation_remote_key, recorded_remote_key
 from .results import invocation_finish_with_message
-from .tool_messages import redacted
+from .tool_messages import redacted, result_policy
 from .transitions import event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ATTEMPT_TIMEOUT = 10.0
-# An open attempt older than its timeout plus this grace belongs to a worker that is gone.
+# An open attempt older than its timeout plus this grace belongs to a worker that is gone
+# (attempts recorded before leases existed; see LEASE_SECONDS for the rest).
 ABANDON_GRACE = timedelta(seconds=5)
+# The lease: a claim grants timeout + ABANDON_GRACE; while the attempt runs, its worker renews
+# it to now + LEASE_SECONDS every LEASE_RENEW_SECONDS. Only a lapsed lease — the worker stopped
+# renewing, i.e. it is gone — lets recovery touch the attempt, however slow the call is.
+LEASE_SECONDS = 15.0
+LEASE_RENEW_SECONDS = 3.0
 WORKER = socket.gethostname()
 
 
@@ -171,7 +184,8 @@ def claim_or_inspect(invocation_id, *, resend: bool = False) -> tuple[Invocation
         read_only = inv.tool_spec.side_effect_class == "read_only"
         attempt = Attempt(
             invocation=inv, tool_spec_id=inv.tool_spec_id, number=number, span_id=span, worker=WORKER, started_at=now,
-            sent_at=now if read_only else None,
+            sent_at=now if read_only else None, remote_key=invocation_remote_key(inv),
+            lease_expires_at=now + timedelta(seconds=attempt_timeout(inv)) + ABANDON_GRACE,
         )
         if src == State.EXECUTING:
             Invocation.objects.filter(pk=inv.pk).update(attempt_count=number, next_attempt_at=None)
@@ -200,18 +214,93 @@ def execution_run(*, invocation: Invocation, attempt: Attempt) -> Invocation:
         return _stop_before_send(invocation, attempt, *refusal)
     if attempt.sent_at is None:
         update_by_pk(attempt, {"sent_at": timezone.now()})
-    ctx = executors.AttemptContext(
-        invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
-        side_effect_class=invocation.tool_spec.side_effect_class, attempt=attempt.number,
-        idempotency_key=invocation.idempotency_key,
-        traceparent=f"00-{invocation.trace_id}-{attempt.span_id}-01",
-        timeout_seconds=attempt_timeout(invocation),
-    )
-    with trace_scope(invocation.trace_id, attempt.span_id):
+    ctx = attempt_context(invocation, number=attempt.number, span_id=attempt.span_id,
+                          remote_key=attempt.remote_key or invocation_remote_key(invocation))
+    with trace_scope(invocation.trace_id, attempt.span_id), LEASES.hold(attempt.pk):
         logger.info("attempt %s of %s sent", attempt.number, invocation.tool_ref)
         outcome = _execute_safely(invocation, attempt, ctx)
         logger.info("attempt %s ended: commit=%s failure=%s", attempt.number, outcome.commit, outcome.failure_class)
-    return execution_record(invocation=invocation, attempt=attempt, outcome=outcome)
+        return execution_record(invocation=invocation, attempt=attempt, outcome=outcome)
+
+
+def attempt_context(invocation: Invocation, *, number: int, span_id: str, remote_key: str) -> executors.AttemptContext:
+    """What the executor needs for one attempt or lookup, with its wall-clock deadline starting now
+    (never later than the invocation's own deadline)."""
+    timeout = attempt_timeout(invocation)
+    if invocation.deadline:
+        timeout = max(0.0, min(timeout, (invocation.deadline - timezone.now()).total_seconds()))
+    policy = result_policy(invocation)
+    return executors.AttemptContext(
+        invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
+        side_effect_class=invocation.tool_spec.side_effect_class, attempt=number,
+        idempotency_key=invocation.idempotency_key, traceparent=f"00-{invocation.trace_id}-{span_id}-01",
+        timeout_seconds=timeout, remote_key=remote_key, egress_grants=grants_for_egress(invocation.authorization),
+        max_response_bytes=policy.max_response_bytes, oversize=policy.oversize, deadline=time.monotonic() + timeout,
+    )
+
+
+class _LeaseKeeper:
+    """One thread per worker process renews the leases of every attempt the process is running.
+
+    A single ``UPDATE … WHERE id IN (…)`` every LEASE_RENEW_SECONDS, only while something runs:
+    a quick attempt costs a set insert and removal, no thread start and no extra connection.
+    Started lazily in the process that uses it (a forked pool child starts its own).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: dict[object, int] = {}
+        self.pid: int | None = None
+
+    def hold(self, attempt_id) -> "_LeaseHold":
+        return _LeaseHold(self, attempt_id)
+
+    def _add(self, attempt_id) -> None:
+        with self.lock:
+            if self.pid != os.getpid():
+                self.pid = os.getpid()
+                threading.Thread(target=self._run, name="attempt-leases", daemon=True).start()
+            self.active[attempt_id] = self.active.get(attempt_id, 0) + 1
+
+    def _remove(self, attempt_id) -> None:
+        with self.lock:
+            left = self.active.get(attempt_id, 0) - 1
+            if left > 0:
+                self.active[attempt_id] = left
+            else:
+                self.active.pop(attempt_id, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(LEASE_RENEW_SECONDS)
+            with self.lock:
+                ids = list(self.active)
+            if not ids:
+                continue
+            try:
+                Attempt.objects.filter(pk__in=ids, ended_at__isnull=True).update(
+                    lease_expires_at=timezone.now() + timedelta(seconds=LEASE_SECONDS))
+            except Exception:  # noqa: BLE001 - a failed renewal lets a lease lapse; it must not stop the keeper
+                logger.exception("attempt lease renewal failed")
+            finally:
+                # Only slow attempts get here, every few seconds: a connection per round costs
+                # little and none is left open (an idle session would hold its database busy).
+                connection.close()
+
+
+class _LeaseHold:
+    def __init__(self, keeper: _LeaseKeeper, attempt_id) -> None:
+        self.keeper, self.attempt_id = keeper, attempt_id
+
+    def __enter__(self) -> "_LeaseHold":
+        self.keeper._add(self.attempt_id)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.keeper._remove(self.attempt_id)
+
+
+LEASES = _LeaseKeeper()
 
 
 def _execute_safely(invocation: Invocation, attempt: Attempt, ctx) -> ExecutionOutcome:
@@ -307,6 +396,8 @@ def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: Execu
 
 def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
     side_effect = invocation.tool_spec.side_effect_class
+    if outcome.external_resource_id is not None:  # a column of its own: kept as redacted as the rest
+        outcome = replace(outcome, external_resource_id=redacted(invocation, outcome.external_resource_id))
     record = redacted(invocation, outcome.to_dict())  # tools may echo credentials back
     if outcome.ok:
         _close_attempt(attempt, commit=outcome.commit, failure_class=None, outcome=record)
@@ -351,15 +442,24 @@ def _succeed(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:
     )
 
 
+def reconciles_by_lookup(spec: ToolSpec) -> bool:
+    """write_idempotent calls are looked up (and re-sent on proven absence); a write_unsafe tool
+    that declares a lookup (e.g. by client reference) is looked up too, never re-sent."""
+    if spec.side_effect_class == "write_idempotent":
+        return True
+    return spec.side_effect_class == "write_unsafe" and bool((spec.executor or {}).get("lookup"))
+
+
 def _unknown(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:
     reconcile_at = timezone.now() + timedelta(seconds=1)
+    by_lookup = reconciles_by_lookup(inv.tool_spec)
     invocation_transition(
         invocation=inv, src=State.EXECUTING, dst=State.OUTCOME_UNKNOWN, kind="outcome_unknown",
-        data={"error": redacted(inv, outcome.error), "reconcile": inv.tool_spec.side_effect_class == "write_idempotent"},
+        data={"error": redacted(inv, outcome.error), "reconcile": by_lookup},
         fields={"commit_status": Commit.UNKNOWN, "error_code": "outcome_unknown",
                 "error_message": "the tool may have acted; the outcome is being reconciled",
-                # write_idempotent: the reconciliation task looks the key up from this time on.
-                "next_attempt_at": reconcile_at if inv.tool_spec.side_effect_class == "write_idempotent" else None},
+                # The reconciliation task looks the remote key up from this time on.
+                "next_attempt_at": reconcile_at if by_lookup else None},
     )
     return inv
 
@@ -396,12 +496,20 @@ def recover_abandoned(*, invocation: Invocation, attempt: Attempt) -> Invocation
     ))
 
 
-def stale_open_attempts(*, now: datetime | None = None):
+def attempt_lease_lapsed(attempt: Attempt, *, now: datetime | None = None) -> bool:
+    """True when the attempt's worker is gone: its lease ran out (nobody renews it any more)."""
     now = now or timezone.now()
-    for attempt in Attempt.objects.filter(ended_at__isnull=True).select_related("invocation__tool_spec"):
-        if attempt.invocation.state == State.EXECUTING and now - attempt.started_at > timedelta(
-            seconds=attempt_timeout(attempt.invocation)
-        ) + ABANDON_GRACE:
+    if attempt.lease_expires_at is not None:
+        return attempt.lease_expires_at < now
+    return now - attempt.started_at > timedelta(seconds=attempt_timeout(attempt.invocation)) + ABANDON_GRACE
+
+
+def stale_open_attempts(*, now: datetime | None = None):
+    """Open attempts whose worker is gone (lease lapsed), never ones that are merely slow."""
+    now = now or timezone.now()
+    lapsed = Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True)
+    for attempt in Attempt.objects.filter(lapsed, ended_at__isnull=True).select_related("invocation__tool_spec"):
+        if attempt.invocation.state == State.EXECUTING and attempt_lease_lapsed(attempt, now=now):
             yield attempt
 
 
@@ -431,15 +539,30 @@ def _resend_or_fail(invocation: Invocation) -> str:
     return "resent"
 
 
+# How long after its last attempt ended a write_unsafe call is still looked up when the remote
+# reports it absent: a request cut off by our deadline may still be processed over there.
+UNSAFE_SETTLE = timedelta(seconds=60)
+
+
+def _absent_unsafe(invocation: Invocation) -> str:
+    """A write_unsafe call the remote does not know (yet): never re-sent; looked up again while a
+    late commit is still possible, then left to support staff with the evidence in the trace."""
+    last = invocation.attempts.order_by("-number").first()
+    now = timezone.now()
+    settling = last is None or last.ended_at is None or now - last.ended_at < UNSAFE_SETTLE
+    Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(
+        next_attempt_at=now + timedelta(seconds=10) if settling else None)
+    return "absent_settling" if settling else "absent"
+
+
 def reconcile(*, invocation: Invocation) -> str:
     """Look an OUTCOME_UNKNOWN write_idempotent call up: committed, absent (re-send), or still unknown."""
     spec = invocation.tool_spec
-    ctx = executors.AttemptContext(
-        invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref, side_effect_class=spec.side_effect_class,
-        attempt=invocation.attempt_count, idempotency_key=invocation.idempotency_key,
-        traceparent=f"00-{invocation.trace_id}-{new_span_id()}-01", timeout_seconds=attempt_timeout(invocation),
-    )
+    ctx = attempt_context(invocation, number=invocation.attempt_count, span_id=new_span_id(),
+                          remote_key=recorded_remote_key(invocation))
     found = executors.lookup(config=spec.executor or {}, arguments=invocation.normalized_arguments, ctx=ctx)
+    if found.external_resource_id is not None:
+        found = replace(found, external_resource_id=redacted(invocation, found.external_resource_id))
     event_append(invocation=invocation, kind="reconciliation_lookup", data=redacted(invocation, {
         "committed": found.committed, "external_resource_id": found.external_resource_id, "detail": found.detail,
     }))
@@ -455,6 +578,8 @@ def reconcile(*, invocation: Invocation) -> str:
             value=found.value, commit_status=Commit.COMMITTED, external_resource_id=found.external_resource_id,
         )
         return "committed"
+    if found.committed is False and spec.side_effect_class == "write_unsafe":
+        return _absent_unsafe(invocation)
     if found.committed is False:
         return _resend_or_fail(invocation)
     Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(

@@ -6,29 +6,43 @@ Two kinds, chosen by ``ToolSpec.executor["kind"]``:
   (a plain dict is a successful value).
 * ``http``: a generic HTTP executor configured in the ToolSpec — method, URL template, headers
   whose secret values live server-side (``"secret:NAME"`` → ``settings.TOOLOPS_TOOL_SECRETS``),
-  the idempotency header, a status → outcome mapping, a lookup URL template, a per-attempt
-  timeout. Every request carries the attempt's ``traceparent``.
+  the idempotency header and/or client-reference header (both carry the *derived* remote key,
+  ``toolops.runtime.remote_keys``), a status → outcome mapping, a lookup URL template,
+  ``follow_redirects`` (default 0). Every request goes through ``http_client.send``: egress
+  policy per hop, the checked address pinned, one wall-clock deadline, a read cap from the
+  result policy. Every request carries the attempt's ``traceparent``.
 
-Executors never touch the database: the worker records what they return.
+Executors never touch the database: the worker records what they return. Whatever a remote
+answers — any status, any body, a hang-up — ends as a classified ``ExecutionOutcome``.
 """
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import re
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+from urllib.parse import quote, urlsplit
 
-import requests
 from django.conf import settings
 
+from toolops.runtime.egress import MAX_REDIRECTS, EgressRefused, openers_from_allowlist
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status
+from toolops.runtime.parser import ParseRejected, parse_strict
 from toolops.runtime.requirements import resolve_pointer
+from toolops.runtime.tool_messages import DEFAULT_MAX_RESPONSE_BYTES
+
+from . import http_client
+from .http_client import EgressPolicy, HttpRequest, HttpResponse, TransportFailure
 
 logger = logging.getLogger(__name__)
 
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
+# A template whose scheme and authority are written out (or are the operator's ``{base}``) sends
+# to a fixed origin; any other (``{url}``) takes its URL from the model and needs URL grants.
+_FIXED_ORIGIN = re.compile(r"^(\{base\}(/|$)|https?://[^{}/?#]+(/|$))", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -37,20 +51,33 @@ class AttemptContext:
     tool_ref: str
     side_effect_class: str
     attempt: int
-    idempotency_key: str
+    idempotency_key: str  # the runtime's key (python executors keep their own key space)
     traceparent: str
     timeout_seconds: float
+    # What a remote sees instead of the runtime's key (derived per tenant; SPEC §8).
+    remote_key: str = ""
+    # The grant snapshots the call was authorized with: their URL scopes bound every hop.
+    egress_grants: tuple[Mapping, ...] = ()
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    oversize: str = "truncate"
+    # time.monotonic() by which the attempt must be over (connect, send and the whole read).
+    deadline: float | None = field(default=None, compare=False)
+
+    def attempt_deadline(self) -> float:
+        return self.deadline if self.deadline is not None else time.monotonic() + self.timeout_seconds
 
 
 def tool_secrets() -> dict[str, str]:
     return dict(getattr(settings, "TOOLOPS_TOOL_SECRETS", {}) or {})
 
 
-def secret_values(config: dict) -> list[str]:
-    """The literal secret values an executor config refers to (for redaction)."""
-    secrets = tool_secrets()
-    names = [v.split(":", 1)[1] for v in (config.get("headers") or {}).values() if isinstance(v, str) and v.startswith("secret:")]
-    return [secrets[n] for n in names if secrets.get(n)]
+def secret_values(config: dict | None = None) -> list[str]:
+    """Every configured tool credential (for redaction).
+
+    All of them, not only those this tool sends: a hostile remote may echo any credential it
+    ever saw, and redacting a value that is absent costs nothing.
+    """
+    return [v for v in tool_secrets().values() if isinstance(v, str) and v]
 
 
 def execute(*, config: dict, arguments: Any, ctx: AttemptContext) -> ExecutionOutcome:
@@ -72,17 +99,34 @@ def lookup(*, config: dict, arguments: Any, ctx: AttemptContext) -> LookupOutcom
         return LookupOutcome(committed=None, detail={"reason": "tool offers no lookup"})
     if config.get("kind") == "python":
         return _import(spec)(arguments, ctx)
-    url = _render_url(spec["url"], arguments, ctx)
     try:
-        resp = requests.request(spec.get("method", "GET"), url, headers=_headers(config, ctx), timeout=ctx.timeout_seconds)
-    except requests.RequestException as exc:
+        url = _render_url(spec["url"], arguments, ctx)
+        resp = http_client.send(
+            HttpRequest(spec.get("method", "GET"), url, _headers(config, ctx), secret_headers=_secret_headers(config)),
+            _policy(config, spec["url"], ctx),
+        )
+    except EgressRefused as exc:
+        return LookupOutcome(committed=None, detail={"reason": f"the egress policy refused the lookup ({exc.code})"})
+    except TransportFailure as exc:
+        why = "the tool did not answer in time" if exc.reached else "the tool could not be reached"
+        return LookupOutcome(committed=None, detail={"reason": why})
+    except (KeyError, TypeError, ValueError) as exc:
         return LookupOutcome(committed=None, detail={"error": type(exc).__name__})
-    if resp.status_code == int(spec.get("found", 200)):
+    if resp.status == _int(spec.get("found"), 200):
         body = _json(resp)
-        return LookupOutcome(committed=True, external_resource_id=_resource_id(config, body), value=body, detail={"status": 200})
-    if resp.status_code == int(spec.get("absent", 404)):
-        return LookupOutcome(committed=False, detail={"status": resp.status_code})
-    return LookupOutcome(committed=None, detail={"status": resp.status_code})
+        pointer_config = {"resource_id_pointer": spec.get("resource_id_pointer", config.get("resource_id_pointer"))}
+        return LookupOutcome(committed=True, external_resource_id=_resource_id(pointer_config, body), value=body,
+                             detail={"status": resp.status})
+    if resp.status == _int(spec.get("absent"), 404):
+        return LookupOutcome(committed=False, detail={"status": resp.status})
+    return LookupOutcome(committed=None, detail={"status": resp.status})
+
+
+def _int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
 
 
 # --- python ---------------------------------------------------------------------------------
@@ -103,9 +147,12 @@ def _execute_python(config: dict, arguments: Any, ctx: AttemptContext) -> Execut
 # --- http -----------------------------------------------------------------------------------
 
 def _render_url(template: str, arguments: Any, ctx: AttemptContext) -> str:
-    values = {"base": settings.TOOLOPS_DEMO_SERVICES_URL.rstrip("/"), "idempotency_key": ctx.idempotency_key}
+    # ``{idempotency_key}`` in a URL is what the remote knows the call by: the derived key.
+    values = {"base": settings.TOOLOPS_DEMO_SERVICES_URL.rstrip("/"), "idempotency_key": ctx.remote_key,
+              "remote_key": ctx.remote_key}
     if isinstance(arguments, dict):
-        values.update({k: v for k, v in arguments.items() if isinstance(v, (str, int, float))})
+        values.update({k: v for k, v in arguments.items()
+                       if isinstance(v, (str, int, float)) and k not in ("base", "idempotency_key", "remote_key")})
 
     def sub(m: re.Match) -> str:
         name = m.group(1)
@@ -113,7 +160,7 @@ def _render_url(template: str, arguments: Any, ctx: AttemptContext) -> str:
         return value if name == "base" else quote(value, safe="")
 
     if template.strip() in ("{url}",):
-        return str(values["url"])  # a tool whose argument *is* the URL (web.fetch); scope-checked by grants
+        return str(values["url"])  # a tool whose argument *is* the URL (web.fetch); every hop is scope-checked
     return _PLACEHOLDER.sub(sub, template)
 
 
@@ -123,10 +170,43 @@ def _headers(config: dict, ctx: AttemptContext) -> dict[str, str]:
     for name, value in (config.get("headers") or {}).items():
         if isinstance(value, str) and value.startswith("secret:"):
             value = secrets.get(value.split(":", 1)[1], "")
-        headers[name] = value
-    if config.get("idempotency_header") and ctx.side_effect_class == "write_idempotent":
-        headers[config["idempotency_header"]] = ctx.idempotency_key
+        headers[name] = str(value)
+    if config.get("idempotency_header") and ctx.side_effect_class == "write_idempotent" and ctx.remote_key:
+        headers[config["idempotency_header"]] = ctx.remote_key
+    if config.get("client_reference_header") and ctx.side_effect_class != "read_only" and ctx.remote_key:
+        headers[config["client_reference_header"]] = ctx.remote_key
     return headers
+
+
+def _secret_headers(config: dict) -> frozenset[str]:
+    names = set(http_client.secret_header_names(config.get("headers")))
+    names.update(h.lower() for h in (config.get("idempotency_header"), config.get("client_reference_header")) if h)
+    return frozenset(names)
+
+
+def operator_openers() -> frozenset[tuple[str, int]]:
+    """Addresses the operator lets ToolSpec-fixed endpoints reach although they are private:
+    ``TOOLOPS_EGRESS_ALLOW`` plus the demo services' own address (``{base}``)."""
+    entries = list(getattr(settings, "TOOLOPS_EGRESS_ALLOW", ()) or ())
+    base = urlsplit(settings.TOOLOPS_DEMO_SERVICES_URL)
+    if base.hostname and base.port:
+        entries.append(f"{base.hostname}:{base.port}" if ":" not in base.hostname else f"[{base.hostname}]:{base.port}")
+    try:
+        return frozenset(openers_from_allowlist(entries))
+    except ValueError:
+        logger.warning("TOOLOPS_EGRESS_ALLOW / TOOLOPS_DEMO_SERVICES_URL name a host, not an address: ignored")
+        return frozenset()
+
+
+def _policy(config: dict, template: str, ctx: AttemptContext) -> EgressPolicy:
+    from_arguments = not _FIXED_ORIGIN.match(template.strip())
+    return EgressPolicy(
+        deadline=ctx.attempt_deadline(), max_response_bytes=ctx.max_response_bytes,
+        follow_redirects=max(0, min(MAX_REDIRECTS, _int(config.get("follow_redirects"), 0))),
+        url_from_arguments=from_arguments, grants=tuple(ctx.egress_grants),
+        # The operator's allow-list opens only endpoints the ToolSpec fixes, never a model's URL.
+        openers=frozenset() if from_arguments else operator_openers(),
+    )
 
 
 def _body(config: dict, arguments: Any) -> Any:
@@ -136,77 +216,114 @@ def _body(config: dict, arguments: Any) -> Any:
     return {name: resolve_pointer(arguments, pointer)[1] for name, pointer in fields.items() if resolve_pointer(arguments, pointer)[0]}
 
 
-def _json(resp) -> Any:
-    if "json" in resp.headers.get("Content-Type", ""):
-        try:
-            return resp.json()
-        except ValueError:
-            return None
-    return None
+def _json(resp: HttpResponse) -> Any:
+    """The body as JSON when it says it is JSON and parses strictly (whole, not truncated)."""
+    if resp.truncated or "json" not in resp.headers.get("content-type", "").lower():
+        return None
+    try:
+        return parse_strict(resp.body)
+    except ParseRejected:
+        return None
 
 
 def _resource_id(config: dict, body: Any) -> str | None:
     pointer = config.get("resource_id_pointer")
     if not pointer or body is None:
         return None
-    found, value = resolve_pointer(body, pointer)
-    return str(value) if found and value is not None else None
+    try:
+        found, value = resolve_pointer(body, pointer)
+    except (ValueError, TypeError):
+        return None
+    if not found or value is None or isinstance(value, (dict, list)):
+        return None
+    return str(value)[:200]
 
 
 def _execute_http(config: dict, arguments: Any, ctx: AttemptContext) -> ExecutionOutcome:
-    method = config.get("method", "POST").upper()
-    url = _render_url(config["url"], arguments, ctx)
-    kwargs: dict[str, Any] = {"headers": _headers(config, ctx), "timeout": ctx.timeout_seconds}
-    if method not in ("GET", "HEAD", "DELETE"):
-        kwargs["json"] = _body(config, arguments)
+    method = str(config.get("method", "POST")).upper()
     try:
-        resp = requests.request(method, url, **kwargs)
-    except requests.ConnectionError as exc:
-        return _transport_failure(exc, ctx, reached=_maybe_reached(exc))
-    except requests.Timeout as exc:
-        return _transport_failure(exc, ctx, reached=not isinstance(exc, requests.ConnectTimeout))
-    except requests.RequestException as exc:
-        return _transport_failure(exc, ctx, reached=True)
+        url = _render_url(str(config.get("url", "")), arguments, ctx)
+        body = None if method in ("GET", "HEAD", "DELETE") else json.dumps(
+            _body(config, arguments), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        headers = _headers(config, ctx)
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        resp = http_client.send(HttpRequest(method, url, headers, body, _secret_headers(config)),
+                                _policy(config, str(config.get("url", "")), ctx))
+    except EgressRefused as exc:
+        return _refused(exc.code, exc.message, ctx)
+    except (KeyError, TypeError, ValueError) as exc:  # a template or argument that makes no URL
+        return _refused("bad_url", f"cannot build the request ({type(exc).__name__})", ctx)
+    except TransportFailure as exc:
+        return _transport_failure(exc, ctx)
     return _from_response(config, resp, ctx)
 
 
-def _maybe_reached(exc: requests.ConnectionError) -> bool:
-    # Refused / unresolvable: the request provably never left. A reset or a closed socket
-    # after sending: the tool may have acted.
-    text = repr(exc)
-    return not any(s in text for s in ("Connection refused", "NewConnectionError", "Name or service not known", "ConnectTimeout"))
-
-
-def _transport_failure(exc: Exception, ctx: AttemptContext, *, reached: bool) -> ExecutionOutcome:
+def _refused(code: str, message: str, ctx: AttemptContext) -> ExecutionOutcome:
+    """Refused before sending: nothing reached the tool, and asking again changes nothing."""
     read_only = ctx.side_effect_class == "read_only"
-    if not reached:
+    return ExecutionOutcome(
+        commit=Commit.NOT_APPLICABLE if read_only else Commit.NOT_COMMITTED, failure_class="permanent",
+        error={"code": code, "message": message, "reached": False},
+    )
+
+
+def _transport_failure(exc: TransportFailure, ctx: AttemptContext) -> ExecutionOutcome:
+    read_only = ctx.side_effect_class == "read_only"
+    if not exc.reached:
         commit, failure = (Commit.NOT_APPLICABLE if read_only else Commit.NOT_COMMITTED), "not_reached"
     else:
         commit, failure = (Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN), "timeout_unknown"
-    return ExecutionOutcome(
-        commit=commit, failure_class=failure,
-        error={"code": "outcome_unknown" if failure == "timeout_unknown" else "not_reached",
-               "message": f"{type(exc).__name__} talking to the tool"},
-    )
+    code = "deadline_exceeded" if exc.deadline else ("outcome_unknown" if failure == "timeout_unknown" else "not_reached")
+    return ExecutionOutcome(commit=commit, failure_class=failure, error={"code": code, "message": exc.message})
 
 
-def _from_response(config: dict, resp, ctx: AttemptContext) -> ExecutionOutcome:
-    commit, failure = outcome_for_status(
-        status=resp.status_code, side_effect_class=ctx.side_effect_class, status_map=config.get("status_map")
-    )
+def _retry_after(value: str | None) -> float | None:
+    if not value or not value.strip().isdigit():
+        return None  # an HTTP-date or garbage: no floor
+    return float(min(int(value.strip()), 86_400))
+
+
+def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> ExecutionOutcome:
+    status_map = config.get("status_map") if isinstance(config.get("status_map"), dict) else None
+    commit, failure = outcome_for_status(status=resp.status, side_effect_class=ctx.side_effect_class, status_map=status_map)
     body = _json(resp)
+    detail = {"bytes_read": len(resp.body)}
+    if resp.truncated:
+        detail["response_truncated"] = True
+    if len(resp.hops) > 1:
+        detail["redirects"] = len(resp.hops) - 1
+    if failure is None and resp.truncated and ctx.oversize == "reject" and commit != Commit.COMMITTED:
+        return ExecutionOutcome(
+            commit=commit, failure_class="permanent", http_status=resp.status, detail=detail,
+            error={"code": "response_too_large", "message": f"the response exceeds {ctx.max_response_bytes} bytes"},
+        )
     if failure is None:
-        value = body if body is not None else {"content_type": resp.headers.get("Content-Type", ""), "text": resp.text}
+        if body is not None:
+            value = body
+        else:
+            value = {"content_type": resp.headers.get("content-type", "")[:200], "text": _text(resp)}
+            if resp.truncated:
+                value["truncated_at_bytes"] = ctx.max_response_bytes
         untrusted = tuple(config.get("untrusted_pointers") or (() if body is not None else ("/text",)))
         return ExecutionOutcome(
-            commit=commit, value=value, external_resource_id=_resource_id(config, body), http_status=resp.status_code,
-            untrusted_text_pointers=untrusted,
+            commit=commit, value=value, external_resource_id=_resource_id(config, body), http_status=resp.status,
+            untrusted_text_pointers=untrusted, detail=detail,
         )
-    retry_after = resp.headers.get("Retry-After")
-    message = (body or {}).get("message") or (body or {}).get("error") or resp.reason
+    message = None
+    if isinstance(body, dict):
+        message = next((body[k] for k in ("message", "error") if isinstance(body.get(k), str)), None)
+    if resp.status in http_client.REDIRECT_STATUSES:
+        message = "the tool answered with a redirect this ToolSpec does not follow"
     return ExecutionOutcome(
-        commit=commit, failure_class=failure, http_status=resp.status_code,
-        retry_after_seconds=float(retry_after) if retry_after and retry_after.isdigit() else None,
-        error={"code": "business_rejected" if failure == "business_rejected" else failure, "message": str(message)[:500],
-               "http_status": resp.status_code},
+        commit=commit, failure_class=failure, http_status=resp.status, detail=detail,
+        retry_after_seconds=_retry_after(resp.headers.get("retry-after")),
+        error={"code": "business_rejected" if failure == "business_rejected" else failure,
+               "message": str(message or resp.reason or f"HTTP {resp.status}")[:500], "http_status": resp.status},
     )
+
+
+def _text(resp: HttpResponse) -> str:
+    if resp.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
+        return ""  # compressed despite Accept-Encoding: identity — never inflated (no bombs)
+    return resp.body.decode("utf-8", errors="replace")

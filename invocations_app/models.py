@@ -315,6 +315,11 @@ class Attempt(models.Model):
     started_at = models.DateTimeField()
     sent_at = models.DateTimeField(null=True, blank=True)  # the request may have reached the tool from here on
     ended_at = models.DateTimeField(null=True, blank=True)
+    # The live worker renews this while the attempt runs; only a lapsed lease means the worker
+    # is gone (SPEC §5: "abandoned" is never merely "slow"). Null on attempts from before leases.
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # The idempotency key / client reference the remote saw: derived per tenant, never the raw key.
+    remote_key = models.CharField(max_length=100, blank=True)
     commit = models.CharField(max_length=16, blank=True)
     failure_class = models.CharField(max_length=32, blank=True)
     outcome = models.JSONField(default=dict, blank=True)

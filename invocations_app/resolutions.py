@@ -54,9 +54,11 @@ from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
 
 from . import executors
-from .execution import attempt_timeout, execution_claim, execution_run
+from .execution import attempt_context, attempt_timeout, execution_claim, execution_run
 from .models import Event, IdempotencyRecord, Invocation, Run
+from .remote_keys import recorded_remote_key
 from .results import invocation_finish_with_message
+from .tool_messages import redacted
 from .transitions import TransitionConflict, event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
@@ -209,12 +211,9 @@ def _already_resolved(invocation: Invocation) -> AlreadyResolved:
 # --- look up now -------------------------------------------------------------------------------
 
 def _attempt_context(invocation: Invocation) -> executors.AttemptContext:
-    return executors.AttemptContext(
-        invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
-        side_effect_class=invocation.tool_spec.side_effect_class, attempt=invocation.attempt_count,
-        idempotency_key=invocation.idempotency_key, traceparent=f"00-{invocation.trace_id}-{new_span_id()}-01",
-        timeout_seconds=attempt_timeout(invocation),
-    )
+    # The lookup asks for the key the remote was actually sent (derived per tenant, SPEC §8).
+    return attempt_context(invocation, number=invocation.attempt_count, span_id=new_span_id(),
+                           remote_key=recorded_remote_key(invocation))
 
 
 def _capped(value) -> object:
@@ -242,8 +241,10 @@ def resolution_lookup(*, invocation: Invocation, user, reason: str) -> LookupOut
         found = LookupOutcome(committed=None, detail={"error": type(exc).__name__})
     event_append(
         invocation=invocation, kind="support_lookup", actor=_actor(user),
-        data={"reason": reason, "committed": found.committed, "external_resource_id": found.external_resource_id,
-              "detail": found.detail, "value": _capped(found.value)},
+        # What a remote answered may echo credentials in any encoding: redacted before it is kept.
+        data=redacted(invocation, {"reason": reason, "committed": found.committed,
+                                   "external_resource_id": found.external_resource_id, "detail": found.detail,
+                                   "value": _capped(found.value)}),
     )
     return found
 

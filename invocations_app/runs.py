@@ -1,7 +1,6 @@
 """Writes for runs and model calls: open and end a run, record what one model request is shown."""
 from __future__ import annotations
 
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.db import transaction
 from django.utils import timezone
@@ -11,17 +10,18 @@ from specs_app.selectors import toolspec_renderable, toolspecs_visible_to_subjec
 from toolops.errors import ApplicationError, Conflict, UnknownTool
 from toolops.runtime.rendering import FORMATS, render_tool
 from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
+from toolops.runtime.zones import is_iana_zone
 
 from .budgets import budget_take
-from .models import ModelCall, ModelCallTool, Run
+from .models import Invocation, ModelCall, ModelCallTool, Run
 
 
 def run_create(*, subject: Subject, budgets: dict, timezone_name: str, locale: str, metadata: dict, trace: TraceContext | None) -> Run:
     """Open a Run for ``subject``; its trace continues the caller's or starts a new one."""
-    try:
-        ZoneInfo(timezone_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ApplicationError(f"unknown IANA timezone {timezone_name!r}", code="invalid_timezone") from None
+    # An IANA name, not merely something zoneinfo can load: "localtime" would make normalization
+    # (and so the digest) depend on the host, and "UTC+8" style offsets are no zone at all.
+    if not is_iana_zone(timezone_name):
+        raise ApplicationError(f"unknown IANA timezone {timezone_name!r}", code="invalid_timezone")
     return Run.objects.create(
         tenant_id=subject.tenant_id, subject=subject, budgets=budgets, timezone=timezone_name, locale=locale,
         metadata=metadata, trace_id=trace.trace_id if trace else new_trace_id(),
@@ -42,6 +42,19 @@ def run_require_active(run: Run) -> None:
         raise Conflict(f"run {run.pk} has ended ({run.status}: {run.end_reason})", code="run_ended")
 
 
+def _require_own_context(run: Run, context: list[str]) -> None:
+    """Every context id names an invocation of the run's tenant. Another tenant's id is refused
+    exactly like one that does not exist, so the answer tells nothing about other tenants."""
+    wanted = {str(c) for c in context}
+    if not wanted:
+        return
+    found = {str(pk) for pk in Invocation.objects.filter(pk__in=wanted, tenant_id=run.tenant_id).values_list("pk", flat=True)}
+    missing = sorted(wanted - found)
+    if missing:
+        raise ApplicationError("context names invocations that do not exist in this tenant", code="unknown_context",
+                               extra={"invocation_ids": missing})
+
+
 def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, context: list[str]) -> ModelCall:
     """Record one model request with the exact tool versions it is shown, rendered in ``fmt``.
 
@@ -52,6 +65,7 @@ def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, contex
         raise ApplicationError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
     run_require_active(run)
     specs = _resolve_tool_refs(run.subject, tool_refs)
+    _require_own_context(run, context)
     budget_take(run=run, key="model_calls")
     with transaction.atomic():
         call = ModelCall.objects.create(run=run, format=fmt, context=[str(c) for c in context], span_id=new_span_id())

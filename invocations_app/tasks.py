@@ -23,7 +23,7 @@ from toolops.tracelog import trace_scope
 
 from .confirmations import confirmations_expire_due
 from .dispatch import EXECUTE_TASK, enqueue_execution, execution_send
-from .execution import attempt_timeout, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
+from .execution import attempt_lease_lapsed, attempt_timeout, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
 
 logger = logging.getLogger(__name__)
@@ -48,10 +48,10 @@ def _execute(invocation_id: str) -> str:
     if attempt is None and invocation.state == State.EXECUTING:
         stale = open_attempt(invocation)
         if stale is not None:
-            age = (timezone.now() - stale.started_at).total_seconds()
-            if age < attempt_timeout(invocation) + 5:
-                # The attempt may still be running in another worker: look again once it cannot be.
-                enqueue_execution(invocation.pk, countdown=attempt_timeout(invocation) + 5 - age)
+            if not attempt_lease_lapsed(stale):
+                # Its worker is alive (it renews the lease): look again once the lease could lapse.
+                wait = (stale.lease_expires_at - timezone.now()).total_seconds() if stale.lease_expires_at else 5.0
+                enqueue_execution(invocation.pk, countdown=max(1.0, wait + 1.0))
                 return "in_flight"
             recover_abandoned(invocation=invocation, attempt=stale)
             invocation, attempt = claim_or_inspect(invocation_id)
@@ -80,8 +80,10 @@ def executions_enqueue_due_task() -> int:
 @shared_task(name="invocations.reconcile", ignore_result=True)
 def invocations_reconcile_task() -> int:
     """Periodic: look up OUTCOME_UNKNOWN write_idempotent calls whose reconciliation is due."""
+    # next_attempt_at is set on OUTCOME_UNKNOWN only for calls that reconcile by lookup.
     due = Invocation.objects.filter(
-        state=State.OUTCOME_UNKNOWN, tool_spec__side_effect_class="write_idempotent", next_attempt_at__lte=timezone.now()
+        state=State.OUTCOME_UNKNOWN, tool_spec__side_effect_class__in=("write_idempotent", "write_unsafe"),
+        next_attempt_at__lte=timezone.now(),
     ).select_related("tool_spec")[:100]
     return sum(1 for inv in due if reconcile(invocation=inv))
 

@@ -1,10 +1,12 @@
 """The demo ToolSpecs of API.md and the demo tenant, subject, token and admin (idempotent)."""
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
-from .models import ApiToken, Capability, Grant, Subject, Tenant, ToolSpec
+from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec
 from .services import api_token_issue, token_hash, toolspec_publish
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -85,7 +87,10 @@ DEMO_TOOLSPECS: list[dict] = [
                 "amount": {
                     "type": "object",
                     "properties": {
-                        "amount": {"type": ["string", "number"]},
+                        # Positive, no sign, no exponent, no leading zeros, no blanks: "-0", "+5",
+                        # "0.00", " 5", "1e3" and -0 are refused here, before any normalizer.
+                        "amount": {"type": ["string", "number"], "exclusiveMinimum": 0,
+                                   "pattern": "^(?:[1-9][0-9]*(?:\\.[0-9]+)?|0\\.[0-9]*[1-9][0-9]*)$"},
                         "currency": {"type": "string", "enum": ["USD", "EUR", "GBP", "CNY", "JPY"]},
                     },
                     "required": ["amount", "currency"],
@@ -104,12 +109,15 @@ DEMO_TOOLSPECS: list[dict] = [
         "confirmation_policy": {"required": True, "expires_seconds": 900},
         "timeout_policy": {"attempt_timeout_seconds": 5, "deadline_seconds": 600},
         "result_policy": {"max_bytes": 4096},
-        # No idempotency support on the remote side: an unknown outcome waits for a human.
+        # No idempotency support on the remote side: never re-sent. It stores a client reference
+        # (the derived remote key), so an unknown outcome is reconciled by looking that up.
         "executor": {
             "kind": "http", "method": "POST", "url": "{base}/payments/transfers",
             "body_fields": {"to_account": "/to_account", "amount_minor": "/amount/amount_minor",
                             "currency": "/amount/currency", "memo": "/memo"},
-            "resource_id_pointer": "/id",
+            "resource_id_pointer": "/id", "client_reference_header": "X-Client-Reference",
+            "lookup": {"method": "GET", "url": "{base}/payments/transfers/by-reference/{remote_key}",
+                       "found": 200, "absent": 404, "resource_id_pointer": "/transfers/0/id"},
         },
     },
     {
@@ -128,19 +136,47 @@ DEMO_TOOLSPECS: list[dict] = [
         "normalizers": [{"pointer": "/url", "normalizer": "trim"}],
         "required_capabilities": [{"capability": "web.read", "resource_pointer": "/url"}],
         "timeout_policy": {"attempt_timeout_seconds": 10, "deadline_seconds": 60},
-        "result_policy": {"max_bytes": 2048},
+        # Reading stops past 256 KiB (the demo's large page fits); the rest is cut, marked truncated.
+        "result_policy": {"max_bytes": 2048, "max_response_bytes": 262144, "oversize": "truncate"},
+        # No redirects are followed (follow_redirects absent = 0); every URL is checked against
+        # the web.read grant's URL scope and the egress deny-list.
         "executor": {"kind": "http", "method": "GET", "url": "{url}", "untrusted_pointers": ["/text"]},
     },
 ]
 
 
-# capability, operation class, scope kind, scope values, effect, limits
+# capability, operation class, scope kind, scope values, effect, limits. "{base}" is the demo
+# services' URL at load time: web.read reaches the demo pages and nothing else — not the
+# calendar, payments or _control paths, not ToolOps itself. The demo runs on loopback, so the
+# scope must name the address (127.0.0.1:PORT) for the egress deny-list to let it through.
 DEMO_GRANTS = [
     ("weather.read", "read", "any", [], "allow", {"calls_per_minute": 60}),
     ("calendar.write", "create", "exact", ["primary", "work"], "allow", {}),
     ("payments.transfer", "create", "any", [], "confirm", {"max_amount_per_call": 50_000}),
-    ("web.read", "read", "domain_suffix", ["127.0.0.1", "localhost"], "allow", {}),
+    ("web.read", "read", "url_prefix", ["{base}/web/pages/"], "allow", {}),
 ]
+
+
+DEMO_GRANT_REASON = "demo data (load_demo)"
+
+
+def demo_scope_values(values: list[str]) -> list[str]:
+    base = settings.TOOLOPS_DEMO_SERVICES_URL.rstrip("/")
+    return [v.replace("{base}", base) for v in values]
+
+
+def _retire_outdated_demo_grant(tenant, subject, capability, scope_kind: str, scope_values: list[str]) -> None:
+    """A demo grant an older ``load_demo`` wrote with a wider scope (``web.read`` on the domain
+    suffixes 127.0.0.1 / localhost reached every demo service and ToolOps itself) is revoked,
+    with a GrantChange, so the tightened one replaces it. Grants people made are left alone."""
+    outdated = Grant.objects.filter(
+        tenant=tenant, subject=subject, capability=capability, revoked_at__isnull=True, reason=DEMO_GRANT_REASON,
+    ).exclude(scope_kind=scope_kind, scope_values=scope_values)
+    for grant in outdated:
+        why = "demo grant tightened: URL scopes pin scheme, host and port (issue 11)"
+        if Grant.objects.filter(pk=grant.pk, revoked_at__isnull=True).update(revoked_at=timezone.now(), revoke_reason=why):
+            GrantChange.objects.create(grant=grant, action="revoked", actor=None, reason=why,
+                                       data={"scope_kind": grant.scope_kind, "scope_values": grant.scope_values})
 
 
 @transaction.atomic
@@ -158,10 +194,12 @@ def load_demo(*, token: str | None = None, admin_password: str | None = None, ad
             toolspec_publish(spec=spec)
     for name, op, scope_kind, scope_values, effect, limits in DEMO_GRANTS:
         capability, _ = Capability.objects.get_or_create(name=name, defaults={"operation_class": op})
+        _retire_outdated_demo_grant(tenant, subject, capability, scope_kind, demo_scope_values(scope_values))
         if not Grant.objects.filter(tenant=tenant, subject=subject, capability=capability, revoked_at__isnull=True).exists():
             Grant.objects.create(
-                capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values,
-                effect=effect, limits=limits, reason="demo data (load_demo)",
+                capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind,
+                scope_values=demo_scope_values(scope_values),
+                effect=effect, limits=limits, reason=DEMO_GRANT_REASON,
             )
     issued = None
     if token:

@@ -195,6 +195,8 @@ class Grant(models.Model):
         PATH_PREFIX = "path_prefix", "path prefix"
         DOMAIN_SUFFIX = "domain_suffix", "domain suffix"
         GLOB = "glob"
+        # Scheme, host and port pinned plus a path prefix (SPEC §5 Egress): the scope for URLs.
+        URL_PREFIX = "url_prefix", "URL prefix"
 
     class Effect(models.TextChoices):
         ALLOW = "allow"
@@ -231,7 +233,7 @@ class Grant(models.Model):
         ]
         constraints = [
             models.CheckConstraint(
-                condition=Q(scope_kind__in=["any", "exact", "path_prefix", "domain_suffix", "glob"]),
+                condition=Q(scope_kind__in=["any", "exact", "path_prefix", "domain_suffix", "glob", "url_prefix"]),
                 name="specs_grant_scope_kind_valid",
             ),
             models.CheckConstraint(condition=Q(effect__in=["allow", "confirm"]), name="specs_grant_effect_valid"),

@@ -10,10 +10,12 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
-from toolops.runtime.authorization import GRANT_EFFECTS, SCOPE_KINDS, Limits
+from toolops.runtime.authorization import GRANT_EFFECTS, SCOPE_KINDS, Limits, url_parts
+from toolops.runtime.egress import MAX_REDIRECTS
 from toolops.db_guards import TOOLSPEC_IMMUTABLE_COLUMNS
 from toolops.runtime.normalizers import check_rules
 from toolops.runtime.rendering import RenderableTool, ToolNameError, parse_tool_ref
+from toolops.runtime.tool_messages import ResultPolicy
 from toolops.runtime.validation import SchemaRefused, check_schema
 
 from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec
@@ -47,6 +49,13 @@ def toolspec_check(*, spec: ToolSpec) -> str:
         check_rules(list(spec.normalizers or []))
     except ValueError as exc:
         raise ValidationError(f"normalizers: {exc}") from exc
+    try:
+        ResultPolicy.from_dict(spec.result_policy or None)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"result_policy: {exc}") from exc
+    follow = (spec.executor or {}).get("follow_redirects", 0) if isinstance(spec.executor, dict) else 0
+    if isinstance(follow, bool) or not isinstance(follow, int) or not 0 <= follow <= MAX_REDIRECTS:
+        raise ValidationError(f"executor.follow_redirects must be an integer from 0 to {MAX_REDIRECTS}")
     return dialect
 
 
@@ -154,6 +163,9 @@ def grant_validate(*, capability, tenant, subject, scope_kind, scope_values, lim
         errors["scope_values"] = 'a JSON list of strings, e.g. ["primary"]'
     elif scope_kind != "any" and not scope_values:
         errors["scope_values"] = f"scope kind {scope_kind!r} needs at least one value (or use 'any')"
+    elif scope_kind == "url_prefix" and any(url_parts(v) is None for v in scope_values):
+        errors["scope_values"] = ("each URL prefix must be an absolute http(s) URL without userinfo, "
+                                  "e.g. http://127.0.0.1:8765/web/pages/")
     if not isinstance(limits, dict):
         errors["limits"] = 'a JSON object, e.g. {"calls_per_minute": 5}'
     else:

@@ -8,8 +8,10 @@ with this configuration; ``toolops/__init__.py`` stays empty so the pure core
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import after_setup_logger, after_setup_task_logger, task_postrun, task_prerun
 from django.db import close_old_connections
+
+from toolops.log_redaction import install_on_handlers
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 
@@ -30,3 +32,10 @@ def _recycle_db_connections(task=None, **kwargs) -> None:
     if task is not None and getattr(task.request, "is_eager", False):
         return  # an eager task runs inside the caller's connection and transaction
     close_old_connections()
+
+
+@after_setup_logger.connect
+@after_setup_task_logger.connect
+def _redact_secrets_in_worker_logs(logger=None, **kwargs) -> None:
+    """Celery replaces the root handlers in workers: put the secret filter on its handlers too."""
+    install_on_handlers(logger)

@@ -210,11 +210,13 @@ TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"trace": {"()": "toolops.tracelog.TraceIdFilter"}},
+    "filters": {"trace": {"()": "toolops.tracelog.TraceIdFilter"},
+                # Tool credentials never reach a log line, in any encoding (toolops/log_redaction.py).
+                "secrets": {"()": "toolops.log_redaction.SecretRedactionFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"}
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["trace"]}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["trace", "secrets"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 
@@ -240,6 +242,13 @@ if CELERY_BROKER_URL.startswith("redis"):
 CELERY_DB_REUSE_MAX = 2**62
 
 TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
+# Egress (SPEC §5): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
+# (the demo services' own address is always included). A model-supplied URL needs a grant
+# naming the address instead.
+TOOLOPS_EGRESS_ALLOW = [e.strip() for e in os.environ.get("TOOLOPS_EGRESS_ALLOW", "").split(",") if e.strip()]
+# The HMAC key for remote idempotency keys (toolops/runtime/remote_keys.py); default: derived
+# from SECRET_KEY. Changing it changes the keys new calls send; calls in flight keep theirs.
+TOOLOPS_REMOTE_KEY_SECRET = os.environ.get("TOOLOPS_REMOTE_KEY_SECRET", "")
 
 
 def _tool_secrets() -> dict:

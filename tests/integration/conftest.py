@@ -189,8 +189,8 @@ def module_worker(demo_services, django_db_setup, tmp_path_factory):
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "TOOLOPS_QUEUE": settings.CELERY_TASK_DEFAULT_QUEUE,
         "TOOLOPS_DEMO_SERVICES_URL": demo_services.base,
-        "TOOLOPS_TOOL_SECRETS": json.dumps(settings.TOOLOPS_TOOL_SECRETS),
         "TOOLOPS_VAR_DIR": str(tmp / "var"),
+        **_settings_env(settings),
     }
     w = Worker(env, tmp / "worker.log")
     yield w
@@ -211,9 +211,22 @@ def worker_env(module_worker, demo_services, settings, transactional_db):
     yield module_worker.env
 
 
+def _settings_env(settings) -> dict:
+    """The settings a test may change that the worker reads from its environment."""
+    return {
+        "TOOLOPS_TOOL_SECRETS": json.dumps(settings.TOOLOPS_TOOL_SECRETS),
+        "TOOLOPS_EGRESS_ALLOW": ",".join(settings.TOOLOPS_EGRESS_ALLOW),
+    }
+
+
 @pytest.fixture
-def worker(request, module_worker, worker_env):
-    """The module's worker, running (started, or restarted if it died), its log marked for this test."""
+def worker(request, module_worker, worker_env, settings):
+    """The module's worker, running (started, or restarted if it died or the test changed a
+    setting it reads at start), its log marked for this test."""
+    wanted = _settings_env(settings)
+    if module_worker.running and any(module_worker.env.get(k) != v for k, v in wanted.items()):
+        module_worker.stop()
+    module_worker.env.update(wanted)
     if not module_worker.running:
         module_worker.stop()  # closes the log of a worker that died
         module_worker.start()
@@ -263,10 +276,14 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture
-def demo_agent(transactional_db):
-    """The demo data (ToolSpecs with executors, grants) and an API client for its agent."""
+def demo_agent(transactional_db, demo_services, settings):
+    """The demo data (ToolSpecs with executors, grants) and an API client for its agent.
+
+    The web.read grant names the demo services' address, so it is loaded once that is known."""
     from specs_app.demo import load_demo
     from specs_app.models import Subject
+
+    settings.TOOLOPS_DEMO_SERVICES_URL = demo_services.base
 
     load_demo(token="tko_integration_token")
     subject = Subject.objects.get(name="demo-agent")
@@ -285,4 +302,16 @@ def wait_for(predicate, timeout: float = 30.0, interval: float = 0.1):
     raise AssertionError(f"condition not met within {timeout} s")
 
 
-__all__ = ["wait_for", "make_token"]
+def remote_key_of(invocation_id) -> str:
+    """The key the remote was sent for an invocation: one derived key on every attempt, never the raw key."""
+    from invocations_app.models import Attempt, Invocation
+
+    keys = set(Attempt.objects.filter(invocation_id=invocation_id).values_list("remote_key", flat=True))
+    raw = Invocation.objects.get(pk=invocation_id).idempotency_key
+    assert len(keys) == 1, keys
+    [key] = keys
+    assert key.startswith("tk1-") and key != raw and raw not in key
+    return key
+
+
+__all__ = ["wait_for", "make_token", "remote_key_of"]

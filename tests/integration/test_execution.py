@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Confirmation, Invocation
 
-from .conftest import wait_for
+from .conftest import remote_key_of, wait_for
 
 CALENDAR_ARGS = {"calendar_id": "primary", "title": "带护照", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}
 
@@ -60,7 +60,8 @@ def test_it_runs_the_spec_14_example_end_to_end(demo_agent, worker, demo_service
     assert body["tool_call_id"] == "call_1"
     assert event_id in body["content"]
     sent = demo_services.requests_log("calendar")
-    assert {r.get("idempotency_key") for r in sent if r.get("method") == "POST"} == {"req-42:create-event:1"}
+    # The remote sees the key derived per tenant (SPEC §8), never the runtime's raw key.
+    assert {r.get("idempotency_key") for r in sent if r.get("method") == "POST"} == {remote_key_of(inv["id"])}
 
 
 @pytest.mark.django_db(transaction=True)

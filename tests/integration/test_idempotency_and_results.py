@@ -23,9 +23,9 @@ from invocations_app.models import (
     Attempt, Confirmation, Event, IdempotencyRecord, Invocation, Proposal, ResultBody, ToolMessage,
 )
 from specs_app.models import ToolSpec
-from tests.builders import Agent, make_demo_spec
+from tests.builders import Agent, make_demo_spec, make_grant
 
-from .conftest import wait_for
+from .conftest import remote_key_of, wait_for
 
 # --- shared helpers ---------------------------------------------------------------------------
 
@@ -319,7 +319,7 @@ def test_fifty_concurrent_posts_with_one_key_make_one_call_and_one_event(demo_ag
     events = demo_services.calendar_events("primary")
     assert [e["id"] for e in events] == [done["result"]["external_resource_id"]]
     posts = _calendar_posts(demo_services)
-    assert len(posts) == 1 and posts[0]["idempotency_key"] == key
+    assert len(posts) == 1 and posts[0]["idempotency_key"] == remote_key_of(original)
     # Once observed, the key answers with the original result.
     late = _post(demo_agent, call, "call_late", CAL, CAL_ARGS, key=key)
     assert late.status_code == 200 and late.json()["id"] == original
@@ -626,6 +626,10 @@ def _echo_spec() -> ToolSpec:
 
 def _run_echo(demo_agent, echo_server, path: str, proposal_id: str) -> tuple[dict, list[bytes]]:
     spec = ToolSpec.objects.filter(name="web.fetch_authed").first() or _echo_spec()
+    # The demo web.read grant names only the demo pages: the echo server needs its own URL scope
+    # (naming its loopback address, which the egress deny-list otherwise refuses).
+    make_grant(capability="web.read", subject=demo_agent.subject, scope_kind="url_prefix",
+               scope_values=[f"{echo_server.base}/"])
     call = _model_call(demo_agent, [spec.ref])
     inv = _created(_post(demo_agent, call, proposal_id, spec.ref, {"url": f"{echo_server.base}{path}"}))
     done = _settled(demo_agent, inv["id"], states=("OBSERVED", "FAILED_BEFORE_COMMIT"))

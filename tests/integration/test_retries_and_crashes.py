@@ -15,7 +15,8 @@ Designed behaviour asserted here (execution.py + retry.py + runtime/execution.py
   OUTCOME_UNKNOWN. write_idempotent is then looked up by key (absent → re-sent with the same
   key); write_unsafe waits for a human and is never re-sent.
 * response timeout — write_idempotent: OUTCOME_UNKNOWN → lookup finds the effect → COMMITTED;
-  write_unsafe: OUTCOME_UNKNOWN, stays there.
+  write_unsafe with a lookup (payments.transfer@1, by client reference): the same, never re-sent;
+  write_unsafe without one: OUTCOME_UNKNOWN, stays there.
 * business rejection (422) — FAILED_BEFORE_COMMIT after one attempt, never retried.
 * provably never reached (connection refused) — retried within the budget for every class,
   then FAILED_BEFORE_COMMIT; never OUTCOME_UNKNOWN.
@@ -41,9 +42,10 @@ from django.contrib.auth.models import User
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Invocation
 from specs_app.models import ToolSpec
-from tests.builders import demo_toolspec_data, make_demo_spec
+from specs_app.services import toolspec_publish
+from tests.builders import demo_toolspec_data, make_demo_spec, make_grant
 
-from .conftest import wait_for
+from .conftest import remote_key_of, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.redis]
 
@@ -56,12 +58,29 @@ SETTLED = ("OBSERVED", "FAILED_BEFORE_COMMIT", "OUTCOME_UNKNOWN", "FAILED_AFTER_
 
 # --- helpers --------------------------------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def _closed_port_is_a_permitted_destination(settings):
+    """The "never reached" cases point ToolSpec endpoints at a closed loopback port: the operator's
+    egress allow-list must name it, or the egress policy (not the closed port) would answer.
+    Autouse, so it is set before the worker starts (it reads the list from its environment)."""
+    settings.TOOLOPS_EGRESS_ALLOW = [f"127.0.0.1:{CLOSED_PORT}"]
+
+
 def _spec_copy(base: str, name: str, *, executor: dict | None = None, **changes) -> ToolSpec:
     """A published copy of a demo ToolSpec under a new name (same capabilities and grants);
     ``executor`` entries are merged into the demo's executor."""
     if executor:
         changes["executor"] = {**demo_toolspec_data(name=base)["executor"], **executor}
     return make_demo_spec(name=base, copy_as=name, **changes)
+
+
+def _unsafe_without_lookup(name: str = "payments.transfer_nolookup", **changes) -> str:
+    """payments.transfer without its client-reference lookup: the plain write_unsafe case, whose
+    unknown outcome only a human can resolve. Returns the tool ref."""
+    data = demo_toolspec_data(name="payments.transfer")
+    data.update(name=name, **changes)
+    data["executor"] = {k: v for k, v in data["executor"].items() if k not in ("lookup", "client_reference_header")}
+    return toolspec_publish(spec=ToolSpec.objects.create(version=1, **data)).ref
 
 
 def _propose(agent, tool: str, arguments: dict, *, proposal_id: str = "call_1") -> dict:
@@ -203,7 +222,7 @@ def test_429_with_retry_after_on_write_idempotent_backs_off_and_resends_the_same
 
     posts = _posts(demo_services, "calendar")
     assert [p["status"] for p in posts] == [429, 201]
-    assert {p["idempotency_key"] for p in posts} == {done["idempotency_key"]}
+    assert {p["idempotency_key"] for p in posts} == {remote_key_of(inv["id"])}
     _assert_traceparents(demo_services.requests_log("calendar"), inv["id"])
     events_created = demo_services.calendar_events("primary")
     assert [e["id"] for e in events_created] == [done["result"]["external_resource_id"]]
@@ -248,7 +267,7 @@ def test_503_on_write_idempotent_is_unknown_then_looked_up_and_resent_with_the_s
     assert resend["data"] == {"attempt": 2, "resend_same_key": True}
 
     log = demo_services.requests_log("calendar")
-    key = done["idempotency_key"]
+    key = remote_key_of(inv["id"])  # what the remote knows the call by: sent, looked up and re-sent
     assert [(r["method"], r["status"]) for r in log] == [("POST", 503), ("GET", 404), ("POST", 201)]
     assert unquote(log[1]["path"]).endswith(f"/calendar/events/by-key/{key}")
     assert {p["idempotency_key"] for p in _posts(demo_services, "calendar")} == {key}
@@ -258,7 +277,7 @@ def test_503_on_write_idempotent_is_unknown_then_looked_up_and_resent_with_the_s
 
 def test_503_on_write_unsafe_is_unknown_and_never_resent(demo_agent, worker, demo_services):
     demo_services.fault("payments", fault="status", status=503, method="POST")
-    inv = _propose(demo_agent, "payments.transfer@1", PAYMENT_ARGS)
+    inv = _propose(demo_agent, _unsafe_without_lookup(), PAYMENT_ARGS)
     _approve(inv["id"])
     done = _settled(demo_agent, inv["id"])
 
@@ -299,27 +318,31 @@ def test_timeout_on_write_idempotent_is_reconciled_by_lookup_into_the_one_event(
     [committed] = [e for e in events if e["to_state"] == "COMMITTED"]
     assert committed["data"]["by"] == "lookup"
     posts = _posts(demo_services, "calendar")
-    assert len(posts) == 1 and posts[0]["idempotency_key"] == done["idempotency_key"]
+    assert len(posts) == 1 and posts[0]["idempotency_key"] == remote_key_of(inv["id"])
 
 
-def test_timeout_on_write_unsafe_stays_unknown_and_pays_once(demo_agent, worker, demo_services):
+def test_timeout_on_write_unsafe_is_reconciled_by_its_client_reference_and_pays_once(demo_agent, worker, demo_services):
+    """payments.transfer sends the derived key as X-Client-Reference and declares the lookup by it
+    (issue 11): the payment that committed after the client gave up is found, never re-sent."""
     _spec_copy("payments.transfer", "payments.transfer_fast",
                timeout_policy={"attempt_timeout_seconds": 1, "deadline_seconds": 600})
     demo_services.fault("payments", fault="commit_then_delay", seconds=3, method="POST")
     inv = _propose(demo_agent, "payments.transfer_fast@1", PAYMENT_ARGS)
     _approve(inv["id"])
-    done = _settled(demo_agent, inv["id"])
+    done = _settled(demo_agent, inv["id"], states=("OBSERVED", "FAILED_BEFORE_COMMIT"))
 
-    assert done["state"] == "OUTCOME_UNKNOWN", done
+    assert done["state"] == "OBSERVED", done
     [attempt] = done["attempts"]
     assert (attempt["failure_class"], attempt["commit"]) == ("timeout_unknown", "unknown")
     assert attempt["decision"]["action"] == "reconcile" and attempt["decision"]["reason"] == "unknown_outcome_unsafe"
     events = _assert_attempt_trace(demo_agent, inv["id"])
     assert "retry_scheduled" not in _kinds(events)
-    assert [e for e in events if e["kind"] == "outcome_unknown"][0]["data"]["reconcile"] is False
-    _quiet_period(worker, demo_services, "payments", inv["id"], "OUTCOME_UNKNOWN")
+    assert [e for e in events if e["kind"] == "outcome_unknown"][0]["data"]["reconcile"] is True
+    assert _path(events)[-4:] == ["EXECUTING", "OUTCOME_UNKNOWN", "COMMITTED", "OBSERVED"]
+    [transfer] = demo_services.transfers("acct-123")  # it did pay — exactly once
+    assert transfer["client_reference"] == remote_key_of(inv["id"])
+    assert done["result"]["external_resource_id"] == transfer["id"]
     assert len(_posts(demo_services, "payments")) == 1
-    assert len(demo_services.transfers("acct-123")) == 1  # it did pay — exactly once
     assert Invocation.objects.get(pk=inv["id"]).attempt_count == 1
 
 
@@ -368,6 +391,9 @@ def test_provably_never_reached_is_retried_within_budget_for_every_class(
     _assert_port_closed(CLOSED_PORT)
     executor = None if base == "web.fetch" else {"url": f"http://127.0.0.1:{CLOSED_PORT}/{base.split('.')[0]}/x"}
     _spec_copy(base, copy_name, retry_policy=FAST_RETRY, executor=executor)
+    if base == "web.fetch":  # a URL from the model: its grant must name the address
+        make_grant(capability="web.read", subject=demo_agent.subject, scope_kind="url_prefix",
+                   scope_values=[f"http://127.0.0.1:{CLOSED_PORT}/"])
     inv = _propose(demo_agent, f"{copy_name}@1", arguments)
     if side_effect_class != "read_only":
         _approve(inv["id"])
@@ -490,7 +516,7 @@ def test_sigkill_mid_attempt_on_write_idempotent_recovers_into_exactly_one_event
     assert len(created) == 1  # the server finished the delayed request although its client died
     assert done["result"]["external_resource_id"] == created[0]["id"]
     posts = _posts(demo_services, "calendar")
-    assert posts and {p["idempotency_key"] for p in posts} == {done["idempotency_key"]}
+    assert posts and {p["idempotency_key"] for p in posts} == {remote_key_of(inv["id"])}
     events = _assert_attempt_trace(demo_agent, inv["id"])
     abandoned = [e["data"] for e in events if e["kind"] == "attempt_abandoned"]
     assert abandoned == [{"attempt": 1, "sent": True}]
@@ -504,7 +530,7 @@ def test_sigkill_mid_attempt_on_write_idempotent_recovers_into_exactly_one_event
 
 def test_sigkill_mid_attempt_on_write_unsafe_leaves_it_unknown_and_pays_once(demo_agent, worker, demo_services):
     demo_services.fault("payments", fault="delay", seconds=4, method="POST")
-    inv = _propose(demo_agent, "payments.transfer@1", PAYMENT_ARGS)
+    inv = _propose(demo_agent, _unsafe_without_lookup(), PAYMENT_ARGS)
     _approve(inv["id"])
     pid = _kill_the_attempt(worker, demo_services, inv["id"], "payments")
 

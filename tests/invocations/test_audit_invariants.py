@@ -307,7 +307,7 @@ def _own_call(world, refs):
 
 def test_it_finds_an_invocation_of_a_tool_its_model_call_did_not_show(inv, world):
     call = _own_call(world, [world.weather.ref])
-    target, _ = services.proposal_admit(
+    target, _ = admission.proposal_admit(
         model_call=call, subject=world.subject, proposal_id="own_1", name=world.weather.ref,
         arguments_bytes=b'{"city": "Rome", "date": "today"}',
     )

@@ -21,6 +21,7 @@ from guardian.shortcuts import assign_perm
 
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, IdempotencyRecord, Invocation, ToolMessage
+from invocations_app.remote_keys import invocation_remote_key
 from invocations_app.resolutions import (
     AlreadyResolved, SecondPersonRequired, resolution_confirm, resolution_mark_committed, resolution_mark_not_committed,
 )
@@ -237,15 +238,15 @@ def test_it_looks_up_now_shows_the_answer_records_who_and_why_and_changes_nothin
     client = client_for(support)
     resp = act(client, unknown, "lookup", reason="customer asks whether the money left")
     [message] = messages_of(resp)
-    assert "answered: unknown — tool offers no lookup" in message and "Nothing was changed" in message
+    assert "answered: unknown — the tool could not be reached" in message and "Nothing was changed" in message
     unknown.refresh_from_db()
     assert unknown.state == "OUTCOME_UNKNOWN" and unknown.commit_status == "unknown"
     event = Event.objects.get(invocation=unknown, kind="support_lookup")
     assert event.actor == "user:support" and event.from_state == event.to_state == "OUTCOME_UNKNOWN"
     assert event.data["reason"] == "customer asks whether the money left"
-    assert event.data["committed"] is None and event.data["detail"] == {"reason": "tool offers no lookup"}
+    assert event.data["committed"] is None and event.data["detail"] == {"reason": "the tool could not be reached"}
     row = resp.context["rows"][0]
-    assert row.last_lookup_text == "unknown — tool offers no lookup"
+    assert row.last_lookup_text == "unknown — the tool could not be reached"
     assert 'data-testid="lookup-answer"' in resp.content.decode()
 
 
@@ -376,9 +377,11 @@ def test_it_looks_up_then_resends_a_calendar_call_with_the_same_key_creating_one
 def test_it_prefills_mark_committed_from_a_lookup_that_finds_the_effect(demo_services):
     calendar = make_demo_spec(name="calendar.create_event")
     unknown = make_unknown(make_planner(), calendar, CALENDAR_ARGS)
-    # The first attempt did reach the calendar; only its response was lost.
+    # The first attempt did reach the calendar (under the key derived for the tenant, SPEC §8);
+    # only its response was lost.
     created = requests.post(
-        f"{demo_services}/calendar/calendars/primary/events", timeout=5, headers={"Idempotency-Key": unknown.idempotency_key},
+        f"{demo_services}/calendar/calendars/primary/events", timeout=5,
+        headers={"Idempotency-Key": invocation_remote_key(unknown)},
         json={"title": CALENDAR_ARGS["title"], "start": unknown.normalized_arguments["start"], "duration_minutes": 45},
     ).json()
     boss = make_staff(username="boss", superuser=True)

@@ -135,3 +135,24 @@ def test_it_keeps_the_admin_password_when_run_again_without_one(client):
     _load(token=TOKEN, admin_password=PASSWORD)
     _load()
     assert client.login(username="admin", password=PASSWORD)
+
+
+def test_it_replaces_an_older_demo_web_grant_with_the_tightened_url_scope(db, settings):
+    """An install loaded before issue 11 holds web.read on domain suffixes (every loopback port);
+    load_demo revokes that demo grant, with a GrantChange, and grants the demo pages only."""
+    from specs_app.demo import load_demo
+    from specs_app.models import Capability, Grant, GrantChange, Subject, Tenant
+
+    settings.TOOLOPS_DEMO_SERVICES_URL = "http://127.0.0.1:8765"
+    tenant = Tenant.objects.create(slug="demo", name="Demo tenant")
+    subject = Subject.objects.create(tenant=tenant, name="demo-agent")
+    capability = Capability.objects.create(name="web.read", operation_class="read")
+    old = Grant.objects.create(capability=capability, tenant=tenant, subject=subject, scope_kind="domain_suffix",
+                               scope_values=["127.0.0.1", "localhost"], reason="demo data (load_demo)")
+    load_demo(token="tko_demo_upgrade")
+    old.refresh_from_db()
+    assert old.revoked_at is not None and GrantChange.objects.filter(grant=old, action="revoked").exists()
+    [live] = Grant.objects.filter(capability=capability, subject=subject, revoked_at__isnull=True)
+    assert (live.scope_kind, live.scope_values) == ("url_prefix", ["http://127.0.0.1:8765/web/pages/"])
+    load_demo(token="tko_demo_upgrade")  # idempotent: nothing more is revoked or granted
+    assert Grant.objects.filter(capability=capability, subject=subject).count() == 2

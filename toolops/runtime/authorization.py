@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import unquote_to_bytes, urlsplit
 
 OPERATION_CLASSES = ("read", "create", "modify", "delete")
-SCOPE_KINDS = ("any", "exact", "path_prefix", "domain_suffix", "glob")
+SCOPE_KINDS = ("any", "exact", "path_prefix", "domain_suffix", "glob", "url_prefix")
 GRANT_EFFECTS = ("allow", "confirm")
 
 # Stable reason codes (callers and stored events match on these strings).
@@ -388,7 +388,7 @@ def _under_prefix(path: str, prefix: str) -> bool:
 _HOST_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 
 
-def _normalize_host(host: str | None) -> str | None:
+def normalize_host(host: str | None) -> str | None:
     """Lowercase, strip one trailing dot, IDNA-encode; None unless a plain DNS name or IP."""
     if not host:
         return None
@@ -426,10 +426,10 @@ def extract_host(resource: str | None) -> str | None:
         parts.port  # noqa: B018 - raises ValueError on a malformed port
     except ValueError:
         return None
-    return _normalize_host(parts.hostname)
+    return normalize_host(parts.hostname)
 
 
-def _host_matches(host: str, suffix: str) -> bool:
+def host_matches(host: str, suffix: str) -> bool:
     if host == suffix:
         return True
     try:
@@ -437,6 +437,68 @@ def _host_matches(host: str, suffix: str) -> bool:
         return False  # IP addresses only ever match exactly: "1.2.3.4" is not under "3.4"
     except ValueError:
         return host.endswith("." + suffix)
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class UrlParts:
+    """A URL as an egress decision sees it: scheme, normalized host, effective port, path."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str  # as written (percent-encoded), never empty
+    query: str
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        return (self.scheme, self.host, self.port)
+
+
+def url_parts(url: str | None) -> UrlParts | None:
+    """``url`` split for a scope or egress check; None when it is not a clean absolute HTTP(S) URL.
+
+    Refused: other schemes, userinfo (``https://a@b/`` — parsers disagree on who the host
+    is), a missing or unusable host, a malformed port, whitespace, control characters and
+    backslashes anywhere.
+    """
+    if not isinstance(url, str) or not url or "\\" in url:
+        return None
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or "@" in parts.netloc:
+        return None
+    host = normalize_host(parts.hostname)
+    if host is None:
+        return None
+    return UrlParts(scheme, host, port if port is not None else DEFAULT_PORTS[scheme], parts.path or "/", parts.query)
+
+
+def url_prefix_matches(prefix: str, url: str | None) -> bool:
+    """Is ``url`` under the URL scope ``prefix`` — same scheme, host and port, and a path under
+    the prefix's path (segment-wise, after the traversal-safe ``normalize_path``)?
+
+    ``http://127.0.0.1:8765/web/pages/`` covers ``…/web/pages/small`` but neither
+    ``…/web/pages-old``, ``…/web/pages/../../_control``, ``https://…``, port 8766 nor
+    ``localhost``. A prefix ending in ``/`` covers only what is below it.
+    """
+    want, got = url_parts(prefix), url_parts(url)
+    if want is None or got is None or want.origin != got.origin:
+        return False
+    path, base = normalize_path(got.path), normalize_path(want.path)
+    if path is None or base is None:
+        return False
+    if want.path.endswith("/") and base != "/":
+        return path.startswith(base + "/")
+    return _under_prefix(path, base)
 
 
 def scope_matches(
@@ -451,6 +513,7 @@ def scope_matches(
       Suffixes are normalized like hosts (a leading dot is ignored; wildcards are not supported).
     * ``glob``: ``fnmatchcase`` — plain string patterns (``*`` also crosses ``/``), so use
       ``path_prefix`` for filesystem paths.
+    * ``url_prefix``: ``url_prefix_matches`` — scheme, host and port pinned, path prefix.
     A missing resource matches only ``any``. Unknown kinds fail closed (``invalid_scope``).
     """
     if kind == "any":
@@ -463,6 +526,8 @@ def scope_matches(
         matched = resource in values
     elif kind == "glob":
         matched = any(fnmatchcase(resource, pattern) for pattern in values)
+    elif kind == "url_prefix":
+        matched = any(url_prefix_matches(v, resource) for v in values)
     elif kind == "path_prefix":
         path = normalize_path(resource)
         prefixes = [p for p in (normalize_path(v) for v in values) if p is not None]
@@ -471,8 +536,8 @@ def scope_matches(
         return True, None
     else:  # domain_suffix
         host = extract_host(resource)
-        suffixes = [s for s in (_normalize_host(v.lstrip(".")) for v in values) if s is not None]
-        matched = host is not None and any(_host_matches(host, s) for s in suffixes)
+        suffixes = [s for s in (normalize_host(v.lstrip(".")) for v in values) if s is not None]
+        matched = host is not None and any(host_matches(host, s) for s in suffixes)
     return (True, None) if matched else (False, SCOPE_MISMATCH)
 
 

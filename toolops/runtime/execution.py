@@ -65,10 +65,20 @@ DEFAULT_STATUS_MAP = {
 }
 
 
+KNOWN_KINDS = frozenset({"ok", "not_reached", "rate_limited", "transient", "timeout_unknown", "business_rejected", "permanent"})
+
+
 def classify_status(status: int, status_map: dict[str, str] | None = None) -> str:
-    """``ok`` or a failure class for an HTTP status: exact code first, then ``Nxx``."""
-    mapping = {**DEFAULT_STATUS_MAP, **(status_map or {})}
-    return mapping.get(str(status)) or mapping.get(f"{status // 100}xx") or "permanent"
+    """``ok`` or a failure class for an HTTP status: exact code first, then ``Nxx``.
+
+    Anything else — a 3xx not followed, a 1xx or 6xx from a hostile server, a status map entry
+    naming no known class — is ``permanent``: classified, never a crash and never retried.
+    """
+    mapping = {**DEFAULT_STATUS_MAP, **(status_map if isinstance(status_map, dict) else {})}
+    if isinstance(status, bool) or not isinstance(status, int):
+        return "permanent"
+    kind = mapping.get(str(status)) or mapping.get(f"{status // 100}xx")
+    return kind if kind in KNOWN_KINDS else "permanent"
 
 
 def outcome_for_status(*, status: int, side_effect_class: str, status_map: dict | None = None) -> tuple[str, str | None]:

@@ -1,0 +1,240 @@
+"""The one way an executor talks HTTP: egress-checked, address-pinned, deadlined and capped.
+
+``send(request, policy)`` (SPEC §5 Egress, issue 11):
+
+1. every hop — the first URL and each redirect — is checked before anything is sent: http(s)
+   only (``file:``/``gopher:``… refused, permanently); in the grants' scope when the URL came
+   from the model or a remote (``toolops.runtime.egress``); a redirect from a ToolSpec's fixed
+   endpoint must stay on its origin;
+2. the host is resolved **once**, every address is checked against the deny-list (loopback,
+   private, link-local, … only opened by a grant or the operator naming that IP and port), and
+   the connection goes to the checked address — the ``Host`` header and TLS SNI/certificate
+   check still use the name, so DNS cannot answer differently between check and connect;
+3. redirects are followed only up to ``policy.follow_redirects`` (default 0: a 3xx is the
+   answer), and secret headers never follow a redirect to another origin;
+4. one wall-clock deadline (``policy.deadline``, ``time.monotonic()``) covers resolve, connect,
+   send and the whole read: a watchdog shuts the socket when it passes, so a server trickling
+   one byte a second cannot hold the attempt longer;
+5. the body is read in chunks and reading stops past ``policy.max_response_bytes``: memory stays
+   flat whatever the server sends. ``Accept-Encoding: identity`` is sent and a compressed answer
+   is not decoded (a small gzip body can expand without bound).
+
+Only the status, the body (as read) and three harmless headers come back — never the request
+or response headers as a whole, so credentials and cookies are never stored.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import certifi
+from urllib3.connection import HTTPConnection, HTTPSConnection
+
+from toolops.runtime.egress import (
+    OUT_OF_SCOPE, EgressRefused, Target, check_addresses, hop_in_scope, literal_address, openers_from_grants,
+    redirect_target, target_for,
+)
+
+REDIRECT_STATUSES = (301, 302, 303, 307, 308)
+CHUNK_BYTES = 64 * 1024
+KEPT_HEADERS = ("content-type", "retry-after", "content-encoding")
+
+
+class TransportFailure(Exception):
+    """No usable answer. ``reached``: the request may have arrived (the tool may have acted)."""
+
+    def __init__(self, message: str, *, reached: bool, deadline: bool = False) -> None:
+        super().__init__(message)
+        self.message, self.reached, self.deadline = message, reached, deadline
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    method: str
+    url: str
+    headers: Mapping[str, str]
+    body: bytes | None = None
+    secret_headers: frozenset[str] = frozenset()  # lower-case names dropped on a cross-origin hop
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    deadline: float  # time.monotonic() by which everything must be over
+    max_response_bytes: int
+    follow_redirects: int = 0
+    # The URL came from the model: each hop must fall in one of these grants' scopes.
+    url_from_arguments: bool = False
+    grants: tuple[Mapping, ...] = ()
+    # (ip, port) pairs a denied address may still be reached on (named by grants or the operator).
+    openers: frozenset[tuple[str, int]] = frozenset()
+
+
+@dataclass
+class HttpResponse:
+    status: int
+    reason: str
+    headers: dict[str, str]  # only KEPT_HEADERS, lower-case names
+    body: bytes
+    truncated: bool  # reading stopped at the cap: ``body`` is the first bytes only
+    hops: list[str] = field(default_factory=list)  # every URL requested, in order
+
+
+def send(request: HttpRequest, policy: EgressPolicy) -> HttpResponse:
+    """Send ``request`` under ``policy``; ``EgressRefused`` (nothing sent) or ``TransportFailure``."""
+    target = target_for(request.url)
+    first_origin = target.parts.origin
+    openers = set(policy.openers) | openers_from_grants(policy.grants)
+    method, body, headers = request.method.upper(), request.body, dict(request.headers)
+    hops: list[str] = []
+    for hop in range(policy.follow_redirects + 1):
+        _authorize_hop(target, policy, first_origin, hop)
+        address = check_addresses(target, _resolve(target, policy.deadline), openers)
+        hops.append(target.url)
+        response = _exchange(address, target, method, headers, body, policy)
+        response.hops = hops
+        location = response.headers.pop("location", None)
+        if response.status not in REDIRECT_STATUSES or hop == policy.follow_redirects:
+            return response
+        following = redirect_target(target, location)
+        if following.parts.origin != target.parts.origin:
+            headers = {k: v for k, v in headers.items() if k.lower() not in request.secret_headers}
+        if response.status == 303 or (response.status in (301, 302) and method == "POST"):
+            method, body = "GET", None  # what every client does; 307/308 keep method and body
+        target = following
+    raise AssertionError("unreachable")  # the loop returns on its last hop
+
+
+def _authorize_hop(target: Target, policy: EgressPolicy, first_origin, hop: int) -> None:
+    if policy.url_from_arguments:
+        if not hop_in_scope(target, policy.grants):
+            where = "the URL" if hop == 0 else f"redirect hop {hop}"
+            raise EgressRefused(OUT_OF_SCOPE, f"{where} is outside the granted URL scope")
+    elif hop and target.parts.origin != first_origin:
+        raise EgressRefused(OUT_OF_SCOPE, f"redirect hop {hop} leaves the tool's configured origin")
+
+
+def _resolve(target: Target, deadline: float) -> list[str]:
+    """Every address of the host, resolved once (an IP literal is its own address)."""
+    literal = literal_address(target.parts.host)
+    if literal is not None:
+        return [literal]
+    answer: dict[str, object] = {}
+    done = threading.Event()
+
+    def lookup() -> None:  # getaddrinfo has no timeout of its own: the deadline bounds the wait
+        try:
+            answer["infos"] = socket.getaddrinfo(target.parts.host, target.parts.port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            answer["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=lookup, name="resolve", daemon=True).start()
+    if not done.wait(max(0.0, deadline - time.monotonic())):
+        raise TransportFailure(f"resolving {target.parts.host} outlasted the attempt deadline", reached=False, deadline=True)
+    if "error" in answer:
+        raise TransportFailure(f"cannot resolve {target.parts.host} ({type(answer['error']).__name__})", reached=False)
+    seen: dict[str, None] = {}
+    for info in answer["infos"]:
+        seen.setdefault(info[4][0], None)
+    return list(seen)
+
+
+class _Watchdog:
+    """Shuts the connection's socket at the deadline, whatever the reading thread is blocked in."""
+
+    def __init__(self, conn: HTTPConnection, seconds: float) -> None:
+        self.conn, self.fired = conn, False
+        self.timer = threading.Timer(max(0.0, seconds), self._fire)
+        self.timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired = True
+        sock = getattr(self.conn, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self) -> "_Watchdog":
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+
+
+def _connection(address: str, target: Target, timeout: float) -> HTTPConnection:
+    if target.parts.scheme == "https":
+        return HTTPSConnection(
+            address, target.parts.port, timeout=timeout, server_hostname=target.parts.host,
+            assert_hostname=target.parts.host, cert_reqs="CERT_REQUIRED", ca_certs=certifi.where(),
+        )
+    return HTTPConnection(address, target.parts.port, timeout=timeout)
+
+
+def _exchange(address: str, target: Target, method: str, headers: dict, body: bytes | None,
+              policy: EgressPolicy) -> HttpResponse:
+    remaining = policy.deadline - time.monotonic()
+    if remaining <= 0:
+        raise TransportFailure("the attempt deadline passed before the request was sent", reached=False, deadline=True)
+    conn = _connection(address, target, remaining)
+    sent = False
+    with _Watchdog(conn, remaining) as watchdog:
+        try:
+            conn.connect()
+            sent = True  # from the first byte written the tool may act
+            conn.request(
+                method, target.request_target, body=body,
+                headers={**headers, "Host": target.host_header, "Accept-Encoding": "identity"},
+                preload_content=False, decode_content=False,
+            )
+            raw = conn.getresponse()
+            status, reason = int(raw.status), str(raw.reason or "")
+            kept = {name: str(raw.headers.get(name)) for name in KEPT_HEADERS if raw.headers.get(name) is not None}
+            if status in REDIRECT_STATUSES and raw.headers.get("location") is not None:
+                kept["location"] = str(raw.headers.get("location"))
+            data, truncated = _read_capped(raw, policy.max_response_bytes)
+        except Exception as exc:  # noqa: BLE001 - every transport error is classified, none escapes
+            if watchdog.fired:
+                raise TransportFailure("the attempt deadline passed", reached=sent, deadline=True) from None
+            raise TransportFailure(f"{type(exc).__name__} talking to the tool", reached=sent) from None
+        finally:
+            conn.close()
+        if watchdog.fired and not truncated:
+            # The socket was shut under the read: what arrived may be cut short anywhere.
+            raise TransportFailure("the attempt deadline passed", reached=True, deadline=True)
+    return HttpResponse(status=status, reason=reason, headers=kept, body=data, truncated=truncated)
+
+
+def _read_capped(raw, cap: int) -> tuple[bytes, bool]:
+    """At most ``cap`` bytes of the body, and whether more was on offer (reading stops there)."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = raw.read(min(CHUNK_BYTES, cap + 1 - total))
+        if not chunk:
+            return b"".join(chunks), False
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > cap:
+            return b"".join(chunks)[:cap], True
+
+
+def secret_header_names(config_headers: Mapping[str, object] | None) -> frozenset[str]:
+    """Lower-case names of the headers whose values come from server-side secrets."""
+    return frozenset(
+        name.lower() for name, value in (config_headers or {}).items() if isinstance(value, str) and value.startswith("secret:")
+    )
+
+
+def grants_for_egress(authorization: Mapping | None) -> tuple[Mapping, ...]:
+    """The grant snapshots an invocation was authorized with (their scopes bound every hop);
+    ``invocations_app.authorization`` stores them as ``capabilities``."""
+    grants = (authorization or {}).get("capabilities") or ()
+    return tuple(g for g in grants if isinstance(g, Mapping))
+

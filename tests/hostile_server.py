@@ -1,0 +1,176 @@
+"""A hostile HTTP server for the boundary tests (issue 11): a real threaded server on 127.0.0.1:0.
+
+Routes (GET unless noted):
+
+* ``/page/small`` — a small HTML page (the innocent control);
+* ``/big?mb=N`` — N MiB of text with a truthful Content-Length, generated lazily chunk by chunk
+  (never built in memory) until the client stops reading;
+* ``/trickle?bytes=N`` — headers at once, then one byte per second;
+* ``/redirect?to=URL`` — 302 to anything; ``/chain/N`` — N same-origin hops ending at ``/page/small``;
+* ``/echo`` — the request's ``Authorization`` value echoed in many encodings (JSON body);
+  ``/echo-text`` — the same as text/html; ``/echo-error`` — a 500 whose JSON message carries it;
+* ``/json-error?kind=K`` — a 5xx/4xx whose JSON body is not an object (list, string, number,
+  null, deep nesting, NaN, invalid JSON, a huge number);
+* ``/status?code=N`` — any status code, body ``{}``.
+
+Every request is logged (method, path, headers) so a test can show what was (not) reached.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, quote, urlsplit
+
+CHUNK = b"All work and no play makes a hostile page. " * 1489 + b"\n"  # ~64 KiB
+
+
+def echo_encodings(value: str) -> dict[str, str]:
+    raw = value.encode()
+    return {
+        "literal": value,
+        "upper": value.upper(),
+        "lower": value.lower(),
+        "base64": base64.b64encode(raw).decode(),
+        "base64_nopad": base64.b64encode(raw).decode().rstrip("="),
+        "base64url": base64.urlsafe_b64encode(raw).decode(),
+        "base64_in_blob": base64.b64encode(b'{"seen":"' + raw + b'","n":1}').decode(),
+        "base64url_in_blob": base64.urlsafe_b64encode(b"xx" + raw + b"yy").decode().rstrip("="),
+        "hex": raw.hex(),
+        "HEX": raw.hex().upper(),
+        "percent": "".join("%%%02X" % b for b in raw),
+        "urlquote": quote(value, safe=""),
+        "json_u": "".join("\\u%04x" % ord(c) for c in value),
+    }
+
+
+JSON_ERRORS = {
+    "list": b"[1, 2, 3]", "string": b'"boom"', "number": b"42", "null": b"null", "true": b"true",
+    "deep": b"[" * 5000 + b"]" * 5000, "nan": b'{"message": NaN}', "invalid": b"{not json",
+    "bignum": b"1" + b"0" * 5000, "message_list": b'{"message": ["a", {"b": 1}], "error": 7}',
+    "dupkeys": b'{"message": "a", "message": "b"}',
+}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: "HostileServer"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format, *args):  # noqa: A002 - stdlib signature
+        pass
+
+    def do_GET(self):
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        with self.server.lock:
+            self.server.log.append({"method": self.command, "path": self.path, "headers": dict(self.headers.items())})
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        route = url.path.rstrip("/") or "/"
+        try:
+            if route == "/page/small":
+                return self._send(200, b"<html><body><p>Just a small page.</p></body></html>", "text/html; charset=utf-8")
+            if route == "/big":
+                return self._big(int(query.get("mb", "300")))
+            if route == "/trickle":
+                return self._trickle(int(query.get("bytes", "120")))
+            if route == "/redirect":
+                return self._send(302, b"", "text/plain", Location=query.get("to", ""))
+            if route.startswith("/chain/"):
+                n = int(route.rsplit("/", 1)[1])
+                return self._send(302, b"", "text/plain", Location="/page/small" if n <= 1 else f"/chain/{n - 1}")
+            if route in ("/echo", "/echo-text", "/echo-error"):
+                return self._echo(route)
+            if route == "/json-error":
+                kind = query.get("kind", "list")
+                return self._send(int(query.get("status", "500")), JSON_ERRORS[kind], "application/json")
+            if route == "/status":
+                return self._send(int(query.get("code", "200")), b"{}", "application/json")
+            return self._send(404, b'{"error":"not_found"}', "application/json")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    do_POST = do_PUT = do_DELETE = do_GET
+
+    def _send(self, status: int, body: bytes, content_type: str, **headers: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _big(self, mb: int) -> None:
+        total = mb * 1024 * 1024
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(total))
+        self.end_headers()
+        sent = 0
+        while sent < total:  # lazily: one reused chunk, written until the client hangs up
+            piece = CHUNK[: total - sent]
+            self.wfile.write(piece)
+            sent += len(piece)
+        with self.server.lock:
+            self.server.big_completed += 1
+
+    def _trickle(self, nbytes: int) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(nbytes))
+        self.end_headers()
+        self.wfile.flush()
+        for _ in range(nbytes):
+            self.wfile.write(b".")
+            self.wfile.flush()
+            time.sleep(1)
+
+    def _echo(self, route: str) -> None:
+        seen = self.headers.get("Authorization", "")
+        encodings = echo_encodings(seen)
+        if route == "/echo-text":
+            body = "<html><body>" + "".join(f"<p>{k}: {v}</p>" for k, v in encodings.items()) + "</body></html>"
+            return self._send(200, body.encode(), "text/html; charset=utf-8")
+        if route == "/echo-error":
+            message = " ".join(encodings.values())
+            return self._send(500, json.dumps({"message": message, "error": encodings["base64"]}).encode(), "application/json")
+        # Also as raw \u escapes in the JSON text itself (json.dumps with ensure_ascii=True of escapes).
+        body = json.dumps({"seen": encodings, "raw_escaped": seen}, ensure_ascii=True)
+        body = body.replace(json.dumps(seen)[1:-1], "".join("\\u%04x" % ord(c) for c in seen)) if seen else body
+        return self._send(200, body.encode(), "application/json")
+
+
+class HostileServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.lock = threading.Lock()
+        self.log: list[dict] = []
+        self.big_completed = 0
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    @property
+    def port(self) -> int:
+        return self.server_address[1]
+
+    def paths(self) -> list[str]:
+        with self.lock:
+            return [entry["path"] for entry in self.log]
+
+    def start(self) -> "HostileServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
