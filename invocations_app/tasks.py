@@ -23,7 +23,7 @@ from toolops.tracelog import trace_scope
 
 from .confirmations import confirmations_expire_due
 from .dispatch import EXECUTE_TASK, enqueue_execution, execution_send
-from .execution import attempt_lease_lapsed, attempt_timeout, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
+from .execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
 
 logger = logging.getLogger(__name__)

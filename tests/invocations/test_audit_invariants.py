@@ -22,14 +22,14 @@ from django.db import connection
 from django.utils import timezone
 
 from invocations_app import audit as audit_mod
-from invocations_app import admission, cancellation, runs
+from invocations_app import admission, cancellation
 from invocations_app.audit import KINDS, Violation, audit, parse_since
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
-from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmation_expire
-from invocations_app.execution import execution_claim, execution_run, reconcile
+from invocations_app.confirmations import confirmation_deny, confirmation_expire
+from invocations_app.execution import reconcile
 from invocations_app.models import Confirmation, Event, Invocation, ModelCallTool, Proposal
-from specs_app.models import Grant, ToolSpec
-from tests.builders import DIALECT, ServiceWorld, fresh, make_capability, make_grant, make_subject, make_toolspec
+from specs_app.models import Grant
+from tests.builders import ServiceWorld, fresh, make_subject, make_toolspec
 from toolops.errors import ApplicationError
 
 pytestmark = pytest.mark.django_db
