@@ -3,12 +3,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
+import math
+import zoneinfo
 
+from django.conf import settings
 from django.core.validators import ProhibitNullCharactersValidator
 from rest_framework.fields import ProhibitSurrogateCharactersValidator
 from rest_framework import serializers
 
+from toolops.errors import ApplicationError
 from toolops.runtime.rendering import FORMATS
 
 from .models import Event, Invocation, Run
@@ -16,25 +21,91 @@ from .models import Event, Invocation, Run
 
 # --- input ------------------------------------------------------------------------------
 
+# Upper bounds: each budget must fit the counters it is compared with and the dates computed
+# from it (a wall_seconds of 2**40 overflowed the run's deadline on every later model call).
+MAX_COUNT_BUDGET = 1_000_000
+MAX_WALL_SECONDS = 366 * 24 * 3600
+MAX_RESULT_BYTES_BUDGET = 2**40
+MAX_METADATA_BYTES = 64 * 1024
+MAX_LIST_ITEMS = 1000
+
+
 class BudgetsIn(serializers.Serializer):
-    model_calls = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    tool_calls = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    wall_seconds = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    result_bytes = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    model_calls = serializers.IntegerField(min_value=0, max_value=MAX_COUNT_BUDGET, required=False, allow_null=True)
+    tool_calls = serializers.IntegerField(min_value=0, max_value=MAX_COUNT_BUDGET, required=False, allow_null=True)
+    wall_seconds = serializers.IntegerField(min_value=0, max_value=MAX_WALL_SECONDS, required=False, allow_null=True)
+    result_bytes = serializers.IntegerField(min_value=0, max_value=MAX_RESULT_BYTES_BUDGET, required=False, allow_null=True)
     cost = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, required=False, allow_null=True)
+
+
+def json_safe_problems(value, path: str = "$") -> list[str]:
+    """Why ``value`` cannot be stored and echoed as JSON by every database and client: a NUL
+    (PostgreSQL's jsonb refuses it), a lone surrogate (not encodable as UTF-8) in a key or a
+    string, or a non-finite number (1e400 parses as infinity)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return [f"{path}: NUL character"]
+        if any("\ud800" <= ch <= "\udfff" for ch in value):
+            return [f"{path}: lone surrogate"]
+        return []
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{path}: non-finite number"]
+    if isinstance(value, dict):
+        found = []
+        for key, item in value.items():
+            label = f"{path}.{_printable(key)}"
+            if json_safe_problems(key):
+                found.append(f"{label}: key with a NUL or a lone surrogate")
+            found += json_safe_problems(item, label)
+        return found
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in json_safe_problems(item, f"{path}[{i}]")]
+    return []
+
+
+def _printable(text: str) -> str:
+    """Client text safe to quote in an error: escapes instead of NULs and surrogates."""
+    return text.encode("unicode_escape").decode("ascii")[:40]
+
+
+class JSONSafeDictField(serializers.DictField):
+    """A JSON object that PostgreSQL can store and any client can read back, up to a size."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        problems = json_safe_problems(value)
+        if problems:
+            raise serializers.ValidationError(f"not JSON-safe: {'; '.join(problems[:5])}")
+        if len(json.dumps(value, ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
+            raise serializers.ValidationError(f"larger than {MAX_METADATA_BYTES} bytes as JSON")
+        return value
 
 
 class RunIn(serializers.Serializer):
     budgets = BudgetsIn(required=False)
     timezone = serializers.CharField(max_length=64, default="UTC")
     locale = serializers.CharField(max_length=35, default="en-US")
-    metadata = serializers.DictField(required=False, default=dict)
+    metadata = JSONSafeDictField(required=False, default=dict)
+
+    def validate_timezone(self, value):
+        # Checked against the zone list, not by loading it: ZoneInfo("America") raises
+        # IsADirectoryError and an over-long name OSError, which are not "unknown zone".
+        if value not in _iana_zone_names():
+            raise ApplicationError(f"unknown IANA timezone {_printable(value)!r}", code="invalid_timezone")
+        return value
+
+
+@functools.cache
+def _iana_zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
 
 
 class ModelCallIn(serializers.Serializer):
-    tools = serializers.ListField(child=serializers.CharField(max_length=140), required=False, allow_null=True, default=None)
+    tools = serializers.ListField(
+        child=serializers.CharField(max_length=140), max_length=MAX_LIST_ITEMS, required=False, allow_null=True, default=None,
+    )
     format = serializers.ChoiceField(choices=FORMATS, default="openai")
-    context = serializers.ListField(child=serializers.UUIDField(), required=False, default=list)
+    context = serializers.ListField(child=serializers.UUIDField(), max_length=MAX_LIST_ITEMS, required=False, default=list)
 
 
 class RawStringField(serializers.CharField):
@@ -87,8 +158,23 @@ class ToolCallIn(serializers.Serializer):
     function = FunctionIn()
 
 
+class TooManyToolCalls(ApplicationError):
+    status, code, title = 413, "too_many_tool_calls", "Too many tool calls"
+
+
 class OpenAIToolCallsIn(serializers.Serializer):
     tool_calls = ToolCallIn(many=True, allow_empty=False)
+
+    def to_internal_value(self, data):
+        # Counted before any entry is validated: nothing of an oversized batch is created.
+        calls = data.get("tool_calls") if isinstance(data, dict) else None
+        cap = settings.TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST
+        if isinstance(calls, list) and len(calls) > cap:
+            raise TooManyToolCalls(
+                f"{len(calls)} tool_calls in one request; at most {cap} (TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST)",
+                extra={"max_tool_calls": cap},
+            )
+        return super().to_internal_value(data)
 
     def to_proposals(self) -> list[dict]:
         return [
