@@ -12,6 +12,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -213,18 +214,18 @@ X_FRAME_OPTIONS = "DENY"
 # allowed (the dashboard's bar widths and colours), nothing is framed, nothing posts elsewhere.
 CONTENT_SECURITY_POLICY = {
     "DIRECTIVES": {
-        "default-src": ["'self'"],
-        "script-src": ["'self'", "'nonce'"],
-        "style-src": ["'self'", "'unsafe-inline'"],
-        "img-src": ["'self'", "data:"],
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
         # Redoc (drf-spectacular-sidecar) runs its renderer in a blob: worker.
-        "worker-src": ["'self'", "blob:"],
-        "connect-src": ["'self'"],
-        "font-src": ["'self'", "data:"],
-        "object-src": ["'none'"],
-        "base-uri": ["'none'"],
-        "frame-ancestors": ["'none'"],
-        "form-action": ["'self'"],
+        "worker-src": [SELF, "blob:"],
+        "connect-src": [SELF],
+        "font-src": [SELF, "data:"],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF],
     },
 }
 
