@@ -15,6 +15,8 @@ import dj_database_url
 from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
+from toolops.openapi_components import SCHEMAS as OPENAPI_SCHEMAS
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOOLOPS_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -254,9 +256,8 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "invocations_app.api_errors.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": None,
-    # Per API token (toolops/throttling.py): over the rate → 429 problem+json `rate_limited`.
+    # Per API token (toolops/throttling.py, TOOLOPS_API_RATE): over it → 429 `rate_limited`.
     "DEFAULT_THROTTLE_CLASSES": ["toolops.throttling.TokenRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"token": os.environ.get("TOOLOPS_API_RATE", "6000/min")},
     "UNAUTHENTICATED_USER": None,
     # `?format=` belongs to the API (openai|anthropic|mcp), not to renderer negotiation.
     "URL_FORMAT_OVERRIDE": None,
@@ -272,7 +273,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {},
+    "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS"},
+    "APPEND_COMPONENTS": {"schemas": OPENAPI_SCHEMAS},
 }
 
 # --- Celery ---------------------------------------------------------------------------
@@ -305,6 +307,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 TOOLOPS_PARSER_MAX_BYTES = env_int("TOOLOPS_PARSER_MAX_BYTES", 1024 * 1024)
 TOOLOPS_PARSER_MAX_DEPTH = env_int("TOOLOPS_PARSER_MAX_DEPTH", 64)
 TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
+# Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
+TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
 # One proposals POST may carry at most this many OpenAI tool_calls (more → 413, nothing created).
 TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = env_int("TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST", 64)
 # Seconds a client is told to wait (Retry-After) when the database or the broker is unavailable.

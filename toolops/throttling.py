@@ -31,6 +31,11 @@ class TokenRateThrottle(SimpleRateThrottle):
         self.cache = caches["shared"]
         super().__init__()
 
+    def get_rate(self):
+        # Read per request (not frozen at import like DRF's THROTTLE_RATES); "off" disables.
+        rate = settings.TOOLOPS_API_RATE
+        return None if rate in ("", "off") else rate
+
     def get_cache_key(self, request, view):
         token_id = getattr(request.user, "token_id", None)
         return None if token_id is None else f"throttle:token:{token_id}"
