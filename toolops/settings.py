@@ -220,8 +220,7 @@ CONTENT_SECURITY_POLICY = {
         "script-src": [SELF, NONCE],
         "style-src": [SELF, UNSAFE_INLINE],
         "img-src": [SELF, "data:"],
-        # Redoc (drf-spectacular-sidecar) runs its renderer in a blob: worker.
-        "worker-src": [SELF, "blob:"],
+        "worker-src": [SELF],
         "connect-src": [SELF],
         "font-src": [SELF, "data:"],
         "object-src": [NONE],
@@ -272,6 +271,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # No badge image from validator.swagger.io: the docs load nothing from outside.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS"},
     "APPEND_COMPONENTS": {"schemas": OPENAPI_SCHEMAS},
