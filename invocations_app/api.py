@@ -136,7 +136,10 @@ class ProposalCreateView(APIView):
             )
             for p in proposals
         ]
-        invocations = selectors.invocations_wait(invocations=[inv for inv, _ in results], seconds=_wait_seconds(request))
+        invocations = [inv for inv, _ in results]
+        wait = _wait_seconds(request)
+        if wait > 0:  # without ?wait= the answer is what admission just wrote: nothing to re-read
+            selectors.invocations_wait(invocations=invocations, seconds=wait)
         request.trace_id = invocations[0].trace_id
         code = status.HTTP_201_CREATED if any(created for _, created in results) else status.HTTP_200_OK
         body = [invocation_to_dict(inv) for inv in invocations]
