@@ -12,10 +12,12 @@ import itertools
 import json
 
 import pytest
+from django.conf import settings as django_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from invocations_app.models import Proposal
+from invocations_app.models import Invocation, Proposal
+from invocations_app.serializers import MAX_COUNT_BUDGET, MAX_RESULT_BYTES_BUDGET, MAX_WALL_SECONDS
 from toolops.runtime.parser import ParseRejected, parse_strict
 
 pytestmark = pytest.mark.django_db
@@ -416,8 +418,6 @@ def test_a_lone_surrogate_echoed_in_a_validation_error_is_encodable(agent, call)
 
 
 def test_a_run_at_the_bounds_is_accepted_and_keeps_working(agent, weather):
-    from invocations_app.serializers import MAX_COUNT_BUDGET, MAX_RESULT_BYTES_BUDGET, MAX_WALL_SECONDS
-
     run = agent.run(budgets={"wall_seconds": MAX_WALL_SECONDS, "tool_calls": MAX_COUNT_BUDGET,
                              "model_calls": MAX_COUNT_BUDGET, "result_bytes": MAX_RESULT_BYTES_BUDGET, "cost": "999999999999.999999"},
                     metadata={"nested": {"list": [1, 2.5, None, True, "é"]}, "big": 2**70})
@@ -433,8 +433,6 @@ def _tool_calls(n: int, prefix: str) -> dict:
 
 
 def test_a_batch_over_the_tool_calls_cap_is_a_413_and_creates_nothing(agent, call, settings):
-    from invocations_app.models import Invocation
-
     settings.TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = 5
     before = Invocation.objects.count()
     resp = _post(agent, call, _tool_calls(6, "over"))
@@ -447,7 +445,5 @@ def test_a_batch_over_the_tool_calls_cap_is_a_413_and_creates_nothing(agent, cal
 
 
 def test_the_default_tool_calls_cap_refuses_2000_calls(agent, call):
-    from django.conf import settings as django_settings
-
     resp = _post(agent, call, _tool_calls(2000, "flood"))
     assert resp.status_code == 413 and resp.json()["max_tool_calls"] == django_settings.TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST

@@ -12,6 +12,7 @@ from unittest import mock
 import pytest
 import requests
 from django.conf import settings as django_settings
+from django.db import connection
 
 from invocations_app import selectors
 from tests.conftest import require_postgres
@@ -165,8 +166,6 @@ def test_a_database_outage_answers_503_through_gunicorn():
 def test_the_web_pool_replaces_a_connection_the_database_killed(agent):
     """A restarted database leaves dead connections in the pool; the pool's check drops them."""
     require_postgres()
-    from django.db import connection
-
     assert connection.pool is not None
     agent.run()
     with connection.cursor() as cur:
