@@ -2,6 +2,8 @@
 
 * ``private_redis()`` — a redis-server on a free loopback port, with ``stop()``/``start()`` so a
   test can take it away and bring it back on the same port;
+* ``private_postgres()`` — a PostgreSQL cluster of its own (initdb in a temporary folder, the
+  machine's PostgreSQL 15 binaries), with ``stop()``/``start()`` likewise;
 * ``gunicorn_server(env)`` — the production web process (``toolops.gunicorn_conf``) on a free
   port, with the given environment on top of this one.
 """
@@ -124,3 +126,55 @@ def gunicorn_server(env: dict[str, str], *, workers: int = 1, threads: int = 4, 
             proc.kill()
             proc.wait()
         log.unlink(missing_ok=True)
+
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+class PrivatePostgres:
+    """A throwaway PostgreSQL cluster (initdb into a temporary folder) on a free port, with
+    ``stop()``/``start()`` to take the database away and bring it back on the same port.
+    PostgreSQL refuses to run as root: as root, the server binaries run as ``postgres``."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="toolops-pg-"))
+        self.data = self.dir / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres")
+
+    def url(self, dbname: str) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def _run(self, tool: str, *args: str) -> None:
+        cmd = [str(PG_BIN / tool), *args]
+        if os.geteuid() == 0:
+            cmd = ["runuser", "-u", "postgres", "--", *cmd]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+
+    def init(self) -> None:
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "-A", "trust", "--no-sync")
+
+    def start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-l", str(self.dir / "log"), "-o",
+                  f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off", "start")
+
+    def stop(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "-m", "fast", "stop")
+
+    def createdb(self, name: str) -> None:
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
+
+
+@contextlib.contextmanager
+def private_postgres():
+    require((PG_BIN / "initdb").exists(), f"needs PostgreSQL's server binaries in {PG_BIN}")
+    server = PrivatePostgres()
+    server.init()
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)

@@ -6,7 +6,13 @@ cache pointed at it), and a gunicorn process whose database server is a closed p
 """
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import secrets
+import subprocess
+import sys
+import time
 from unittest import mock
 
 import pytest
@@ -15,8 +21,8 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from invocations_app import selectors
-from tests.conftest import require_postgres
-from tests.servers import free_port, gunicorn_server, private_redis
+from tests.conftest import REPO_ROOT, require_postgres
+from tests.servers import free_port, gunicorn_server, private_postgres, private_redis
 from toolops.celery import app as celery_app
 
 GOOD_ARGS = '{"city": "Paris", "date": "2026-07-20"}'
@@ -176,3 +182,40 @@ def test_the_web_pool_replaces_a_connection_the_database_killed(agent):
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
     for _ in range(3):  # every pooled connection may be the dead one
         assert agent.get("/api/v1/tools").status_code == 200
+
+
+def test_a_database_restart_answers_503_during_and_201_after_through_gunicorn():
+    """A private PostgreSQL behind gunicorn is stopped and started again: while it is down
+    proposals answer 503 problem+json (never a 500, never HTML); once it is back the pool
+    reconnects (after its backoff: a 503 meanwhile) and replaces the dead connections by its
+    health check, and proposals answer 201 again — no restart of the web process."""
+    with private_postgres() as pg:
+        pg.createdb("toolops_restart")
+        env = {**os.environ, "DATABASE_URL": pg.url("toolops_restart"), "DB_POOL_TIMEOUT": "3"}
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO_ROOT, env=env, check=True)
+        token = "tko_restart_" + secrets.token_urlsafe(12)
+        subprocess.run([sys.executable, "manage.py", "load_demo", "--token", token], cwd=REPO_ROOT, env=env,
+                       check=True, capture_output=True)
+        with gunicorn_server({"DATABASE_URL": pg.url("toolops_restart"), "DB_POOL_TIMEOUT": "3"}, threads=4) as server:
+            session = requests.Session()
+            session.headers["Authorization"] = f"Bearer {token}"
+            run = session.post(server.url + "/api/v1/runs", json={}, timeout=30).json()
+            call = session.post(f"{server.url}/api/v1/runs/{run['id']}/model-calls", json={}, timeout=30).json()
+            proposals = f"{server.url}/api/v1/model-calls/{call['id']}/proposals"
+            ids = itertools.count()
+
+            def propose() -> requests.Response:
+                return session.post(proposals, json={"proposal_id": f"p{next(ids)}", "name": "weather.get_forecast@1",
+                                                     "arguments": GOOD_ARGS}, timeout=30)
+
+            assert propose().status_code == 201
+            pg.stop()
+            for _ in range(3):
+                down = propose()
+                assert down.status_code == 503, (down.status_code, down.text[:300])
+                assert down.headers["Content-Type"] == "application/problem+json" and "Retry-After" in down.headers
+            pg.start()
+            statuses, deadline = [], time.monotonic() + 30
+            while statuses[-3:] != [201] * 3 and time.monotonic() < deadline:
+                statuses.append(propose().status_code)
+            assert statuses[-3:] == [201] * 3 and set(statuses) <= {201, 503}, (statuses, server.output()[-2000:])
