@@ -1,4 +1,5 @@
 """The Celery app, configured from Django settings (CELERY_* names)."""
+import logging
 import os
 
 from celery import Celery
@@ -11,6 +12,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 app = Celery("toolops")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+logger = logging.getLogger(__name__)
 
 
 def databases_use_persistent_connections(databases: dict, *, conn_max_age: int) -> None:
@@ -27,6 +30,7 @@ def databases_use_persistent_connections(databases: dict, *, conn_max_age: int) 
 def _worker_keeps_its_connection(**kwargs) -> None:
     # Sent once in the worker's main process, before its child processes fork.
     databases_use_persistent_connections(settings.DATABASES, conn_max_age=settings.WORKER_CONN_MAX_AGE)
+    logger.info("worker database connections: one per process, kept %s s (no pool)", settings.WORKER_CONN_MAX_AGE)
 
 
 @task_prerun.connect
