@@ -29,8 +29,8 @@ def databases_use_persistent_connections(databases: dict, *, conn_max_age: int) 
 @worker_init.connect
 def _worker_keeps_its_connection(**kwargs) -> None:
     # Sent once in the worker's main process, before its child processes fork.
-    databases_use_persistent_connections(settings.DATABASES, conn_max_age=settings.WORKER_CONN_MAX_AGE)
-    logger.info("worker database connections: one per process, kept %s s (no pool)", settings.WORKER_CONN_MAX_AGE)
+    databases_use_persistent_connections(settings.DATABASES, conn_max_age=settings.UNPOOLED_CONN_MAX_AGE)
+    logger.info("worker database connections: one per process, kept %s s (no pool)", settings.UNPOOLED_CONN_MAX_AGE)
 
 
 @task_prerun.connect

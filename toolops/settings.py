@@ -117,16 +117,15 @@ _IS_POSTGRES = DATABASE_URL.split(":", 1)[0] in ("postgres", "postgresql", "pgsq
 # sees at most processes × DB_POOL_MAX_SIZE backends, whatever the load. Django requires
 # CONN_MAX_AGE=0 with a pool (a connection goes back to the pool after each request).
 # Celery workers keep one persistent connection per process instead (toolops/celery.py drops
-# the pool there): WORKER_CONN_MAX_AGE seconds, health-checked before each task.
+# the pool there): UNPOOLED_CONN_MAX_AGE seconds, health-checked before each task.
 DB_POOL = _IS_POSTGRES and env_bool("DB_POOL", True)
 DB_POOL_OPTIONS = {
     "min_size": env_int("DB_POOL_MIN_SIZE", 2),
     "max_size": env_int("DB_POOL_MAX_SIZE", 8),
     "timeout": env_int("DB_POOL_TIMEOUT", 10),
 }
-WORKER_CONN_MAX_AGE = env_int("CONN_MAX_AGE", 600)
-if DB_POOL and os.environ.get("CONN_MAX_AGE") not in (None, "", "0"):
-    raise ImproperlyConfigured("CONN_MAX_AGE must be 0 (or unset) with DB_POOL=1: the pool keeps the connections")
+# Where no pool is used (workers; web with DB_POOL=0): seconds a connection is kept.
+UNPOOLED_CONN_MAX_AGE = env_int("CONN_MAX_AGE", 600)
 if DB_POOL and not 1 <= DB_POOL_OPTIONS["min_size"] <= DB_POOL_OPTIONS["max_size"]:
     raise ImproperlyConfigured("DB_POOL_MIN_SIZE must be >= 1 and <= DB_POOL_MAX_SIZE")
 try:
@@ -134,7 +133,7 @@ try:
     # costs ~4 ms of server CPU (see BASELINES.md); health checks drop dead ones transparently.
     DATABASES = {
         "default": dj_database_url.parse(
-            DATABASE_URL, conn_max_age=0 if DB_POOL else WORKER_CONN_MAX_AGE, conn_health_checks=True
+            DATABASE_URL, conn_max_age=0 if DB_POOL else UNPOOLED_CONN_MAX_AGE, conn_health_checks=True
         )
     }
 except ValueError as exc:
