@@ -151,7 +151,9 @@ class InvocationDetailView(APIView):
         400: ["malformed_request"], 404: ["not_found"]})}, summary="An invocation and its record")
     def get(self, request, invocation_id):
         inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
-        selectors.invocations_wait(invocations=[inv], seconds=_wait_seconds(request))
+        wait = _wait_seconds(request)
+        if wait > 0:  # a plain poll answers what was just read
+            selectors.invocations_wait(invocations=[inv], seconds=wait)
         request.trace_id = inv.trace_id
         body = invocation_to_dict(inv)
         # The record (SPEC §12): what the model saw, and where the result went next.

@@ -24,3 +24,9 @@ accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None
 errorlog = "-"
 # The proxy in front sets X-Forwarded-*; Django trusts them only via SECURE_PROXY_SSL_HEADER.
 forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+# gunicorn's runtime control socket defaults to one path per user (~/.gunicorn/gunicorn.ctl):
+# several servers on one host (tests, benches, instances) would take it from each other.
+# Off unless a path is given.
+control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+if not control_socket_disable:
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
