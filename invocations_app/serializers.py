@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import json
 import math
 import re
@@ -86,7 +85,12 @@ class BudgetDecimalField(serializers.DecimalField):
         return super().to_internal_value(data)
 
 
-@extend_schema_field({"type": "string", "enum": sorted(zoneinfo.available_timezones()),
+# IANA zone names; "localtime" and "posixrules" are files of the host's zone folder, not zones
+# (a run's normalization would then depend on the machine).
+IANA_ZONE_NAMES = frozenset(zoneinfo.available_timezones()) - {"localtime", "posixrules"}
+
+
+@extend_schema_field({"type": "string", "enum": sorted(IANA_ZONE_NAMES),
                       "description": "an IANA zone name, e.g. Europe/Paris"})
 class TimezoneField(StrictCharField):
     pass
@@ -155,14 +159,10 @@ class RunIn(serializers.Serializer):
     def validate_timezone(self, value):
         # Checked against the zone list, not by loading it: ZoneInfo("America") raises
         # IsADirectoryError and an over-long name OSError, which are not "unknown zone".
-        if value not in _iana_zone_names():
+        if value not in IANA_ZONE_NAMES:
             raise ApplicationError(f"unknown IANA timezone {_printable(value)!r}", code="invalid_timezone")
         return value
 
-
-@functools.cache
-def _iana_zone_names() -> frozenset[str]:
-    return frozenset(zoneinfo.available_timezones())
 
 
 class ModelCallIn(serializers.Serializer):
