@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 from django.conf import settings
+from django.db.models import prefetch_related_objects
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
@@ -140,6 +141,8 @@ class ProposalCreateView(APIView):
         wait = _wait_seconds(request)
         if wait > 0:  # without ?wait= the answer is what admission just wrote: nothing to re-read
             selectors.invocations_wait(invocations=invocations, seconds=wait)
+        # A batch's attempts and confirmations in one query each, not two per tool call.
+        prefetch_related_objects(invocations, "attempts", "confirmations__decided_by")
         request.trace_id = invocations[0].trace_id
         code = status.HTTP_201_CREATED if any(created for _, created in results) else status.HTTP_200_OK
         body = [invocation_to_dict(inv) for inv in invocations]
