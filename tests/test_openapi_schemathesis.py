@@ -17,7 +17,7 @@ import requests
 from django.conf import settings
 
 from tests.builders import make_grant, make_token, make_toolspec
-from tests.conftest import REPO_ROOT, require_postgres
+from tests.conftest import require_postgres
 from tests.servers import gunicorn_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,7 +82,8 @@ def test_schemathesis_finds_no_failure(tmp_path):
             # OpenAPI 3.0 cannot forbid NUL in object keys (metadata); test_api_fuzz covers NUL refusal.
             "--generation-allow-x00", "false",
         ]
-        proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+        # Run from the temporary folder: schemathesis keeps a .schemathesis/ cache in its working directory.
+        proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, _failures_section(output)
     assert "11 selected / 11 total" in output
