@@ -38,10 +38,13 @@ MAX_LIST_ITEMS = 1000
 
 class StrictCharField(serializers.CharField):
     """A JSON string, nothing else: DRF would turn ``5`` into ``"5"``, which the schema (and a
-    generated client) says is invalid. No NUL character (PostgreSQL text cannot hold one): the
+    generated client) says is invalid. Not trimmed. No NUL character (PostgreSQL text cannot hold one): the
     check is a pattern, so the OpenAPI schema states it too."""
 
     def __init__(self, **kwargs):
+        # Kept exactly as sent: an id the client echoes back must not lose its spaces, and a
+        # value of spaces is what the schema's minLength allows, not "blank".
+        kwargs.setdefault("trim_whitespace", False)
         super().__init__(**kwargs)
         self.validators = [v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)]
         self.validators.append(NO_NUL)

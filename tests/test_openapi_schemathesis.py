@@ -55,8 +55,9 @@ def _create(url: str, token: str, path: str, body: dict) -> dict:
 
 
 def _failures_section(output: str) -> str:
-    """The FAILURES part of schemathesis' report, each line cut short (bodies can be huge)."""
-    section = output[output.find("FAILURES"):] if "FAILURES" in output else output
+    """The ERRORS/FAILURES part of schemathesis' report, each line cut short (bodies can be huge)."""
+    marks = [output.find(m) for m in ("ERRORS", "FAILURES") if m in output]
+    section = output[min(marks):] if marks else output
     return "\n".join(line[:300] for line in section.splitlines())[-12000:]
 
 
