@@ -59,9 +59,8 @@ def _bench_database_url() -> str | None:
     if parts.scheme not in ("postgres", "postgresql"):
         return None
     name = parts.path.lstrip("/")
-    if "bench" in name:
-        return url
-    name = f"{name}_bench"
+    if "bench" not in name:
+        name = f"{name}_bench"
     admin = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
