@@ -5,15 +5,15 @@ import base64
 import re
 
 from django.conf import settings
+from django.db.models import prefetch_related_objects
 from django.http import HttpResponse
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
-from rest_framework import serializers, status
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
+from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from specs_app.api import RENDERINGS_HELP
 from specs_app.selectors import toolspec_renderable
+from toolops.api_schema import problem_responses
 from toolops.errors import ApplicationError
 from toolops.runtime.rendering import rendering_metadata
 
@@ -23,16 +23,32 @@ from .cancellation import invocation_cancel
 from .runs import model_call_create, run_create, run_finish
 from .tool_messages import result_page, tool_message
 from .serializers import (
-    CancelIn, EventOut, InvocationOut, ModelCallIn, OpenAIToolCallsIn, ProposalIn, RunIn, RunOut,
-    invocation_to_dict, run_to_dict,
+    AnthropicToolResultOut, CancelIn, EventOut, InvocationBatchOut, InvocationOut, InvocationRecordOut,
+    MCPCallToolResultOut, ModelCallIn, ModelCallOut, OpenAIToolCallsIn, OpenAIToolMessageOut, ProposalBytesIn,
+    ProposalIn, ProposalTextIn, ResultPageOut, RunIn, RunOut, invocation_to_dict, run_to_dict,
 )
 
 WAIT_PARAM = OpenApiParameter(
-    "wait", OpenApiTypes.NUMBER, description="Hold the answer up to this many seconds until the invocation settles."
+    "wait", {"type": "number", "minimum": 0},
+    description="Hold the answer up to this many seconds (capped by TOOLOPS_MAX_WAIT_SECONDS) until the invocation settles.",
 )
 IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key", OpenApiTypes.STR, location=OpenApiParameter.HEADER, required=False,
-    description="The runtime's key for the side effect; otherwise derived from run + proposal id.",
+    "Idempotency-Key", {"type": "string", "pattern": r"^[\x21-\x7e]{1,255}$"}, location=OpenApiParameter.HEADER,
+    required=False, description="The runtime's key for the side effect (1–255 visible ASCII characters); "
+    "otherwise derived from run + proposal id.",
+)
+# The three shapes a proposals POST may take (exactly one of them).
+PROPOSAL_REQUEST = PolymorphicProxySerializer(
+    component_name="Proposal",
+    serializers=[ProposalTextIn, ProposalBytesIn, OpenAIToolCallsIn],
+    resource_type_field_name=None,
+)
+PROPOSAL_ANSWER = PolymorphicProxySerializer(
+    component_name="ProposalAnswer", serializers=[InvocationOut, InvocationBatchOut], resource_type_field_name=None,
+)
+TOOL_MESSAGE = PolymorphicProxySerializer(
+    component_name="ToolMessage", serializers=[OpenAIToolMessageOut, AnthropicToolResultOut, MCPCallToolResultOut],
+    resource_type_field_name=None,
 )
 
 
@@ -41,7 +57,8 @@ def _subject(request):
 
 
 class RunCreateView(APIView):
-    @extend_schema(request=RunIn, responses={201: RunOut}, summary="Start a run")
+    @extend_schema(request=RunIn, responses={201: RunOut, **problem_responses({400: ["invalid_timezone"]}, body=True)},
+                   summary="Start a run")
     def post(self, request):
         data = _valid(RunIn, request.data)
         run = run_create(
@@ -53,7 +70,8 @@ class RunCreateView(APIView):
 
 
 class RunDetailView(APIView):
-    @extend_schema(responses={200: RunOut}, summary="A run: state, budgets used and left, why it ended")
+    @extend_schema(responses={200: RunOut, **problem_responses({404: ["not_found"]})},
+                   summary="A run: state, budgets used and left, why it ended")
     def get(self, request, run_id):
         run = selectors.run_get(subject=_subject(request), run_id=run_id)
         request.trace_id = request.trace_id or run.trace_id
@@ -61,7 +79,7 @@ class RunDetailView(APIView):
 
 
 class RunFinishView(APIView):
-    @extend_schema(request=None, responses={200: RunOut}, summary="End a run")
+    @extend_schema(request=None, responses={200: RunOut, **problem_responses({404: ["not_found"]})}, summary="End a run")
     def post(self, request, run_id):
         run = selectors.run_get(subject=_subject(request), run_id=run_id)
         return Response(run_to_dict(run_finish(run=run)))
@@ -70,11 +88,10 @@ class RunFinishView(APIView):
 class ModelCallCreateView(APIView):
     @extend_schema(
         request=ModelCallIn,
-        responses={201: inline_serializer("ModelCallOut", {
-            "id": serializers.UUIDField(), "format": serializers.CharField(), "tools": serializers.ListField(),
-            "name_map": serializers.DictField(help_text="model-facing name → name@version"),
-            "renderings": serializers.DictField(help_text=RENDERINGS_HELP),
-        })},
+        responses={201: ModelCallOut, **problem_responses({
+            400: ["invalid_format", "unknown_tool", "duplicate_tool", "unknown_context"], 404: ["not_found"], 409: ["run_ended"],
+            429: ["budget_exhausted"],
+        }, body=True)},
         summary="Register a model call and the exact tool versions it is shown",
     )
     def post(self, request, run_id):
@@ -99,9 +116,23 @@ class ModelCallCreateView(APIView):
 
 class ProposalCreateView(APIView):
     @extend_schema(
-        request=ProposalIn, parameters=[WAIT_PARAM, IDEMPOTENCY_HEADER],
-        responses={201: InvocationOut, 200: InvocationOut},
+        request=PROPOSAL_REQUEST, parameters=[WAIT_PARAM, IDEMPOTENCY_HEADER],
+        responses={
+            201: PROPOSAL_ANSWER, 200: PROPOSAL_ANSWER,
+            **problem_responses({
+                400: ["invalid_idempotency_key"], 404: ["not_found"],
+                409: ["run_ended", "proposal_conflict", "idempotency_in_progress"],
+                413: ["too_many_tool_calls"], 422: ["idempotency_key_reused", "idempotency_key_expired"],
+                429: ["budget_exhausted"],
+            }, body=True),
+        },
         summary="Post a proposal (or OpenAI-shaped tool_calls); rejections are states, not HTTP errors",
+        description=(
+            "The body is exactly one of: a proposal with `arguments` (the model's raw text), a proposal with "
+            "`arguments_b64` (any bytes), or an OpenAI `tool_calls` list (at most TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST "
+            "entries). A single proposal answers one invocation; `tool_calls` answers `{\"invocations\": [...]}` "
+            "in order. 201 when anything new was recorded, 200 for an exact replay."
+        ),
     )
     def post(self, request, model_call_id):
         call = selectors.model_call_get(subject=_subject(request), model_call_id=model_call_id)
@@ -117,7 +148,12 @@ class ProposalCreateView(APIView):
             )
             for p in proposals
         ]
-        invocations = selectors.invocations_wait(invocations=[inv for inv, _ in results], seconds=_wait_seconds(request))
+        invocations = [inv for inv, _ in results]
+        wait = _wait_seconds(request)
+        if wait > 0:  # without ?wait= the answer is what admission just wrote: nothing to re-read
+            selectors.invocations_wait(invocations=invocations, seconds=wait)
+        # A batch's attempts and confirmations in one query each, not two per tool call.
+        prefetch_related_objects(invocations, "attempts", "confirmations__decided_by")
         request.trace_id = invocations[0].trace_id
         code = status.HTTP_201_CREATED if any(created for _, created in results) else status.HTTP_200_OK
         body = [invocation_to_dict(inv) for inv in invocations]
@@ -125,10 +161,13 @@ class ProposalCreateView(APIView):
 
 
 class InvocationDetailView(APIView):
-    @extend_schema(parameters=[WAIT_PARAM], responses={200: InvocationOut}, summary="An invocation and its record")
+    @extend_schema(parameters=[WAIT_PARAM], responses={200: InvocationRecordOut, **problem_responses({
+        400: ["malformed_request"], 404: ["not_found"]})}, summary="An invocation and its record")
     def get(self, request, invocation_id):
         inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
-        selectors.invocations_wait(invocations=[inv], seconds=_wait_seconds(request))
+        wait = _wait_seconds(request)
+        if wait > 0:  # a plain poll answers what was just read
+            selectors.invocations_wait(invocations=[inv], seconds=wait)
         request.trace_id = inv.trace_id
         body = invocation_to_dict(inv)
         # The record (SPEC §12): what the model saw, and where the result went next.
@@ -139,7 +178,8 @@ class InvocationDetailView(APIView):
 
 
 class InvocationEventsView(APIView):
-    @extend_schema(responses={200: EventOut(many=True)}, summary="The invocation's append-only event log, in order")
+    @extend_schema(responses={200: EventOut(many=True), **problem_responses({404: ["not_found"]})},
+                   summary="The invocation's append-only event log, in order")
     def get(self, request, invocation_id):
         inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
         request.trace_id = inv.trace_id
@@ -147,10 +187,11 @@ class InvocationEventsView(APIView):
 
 
 class InvocationCancelView(APIView):
-    @extend_schema(request=CancelIn, responses={200: InvocationOut}, summary="Cancel before the commit boundary")
+    @extend_schema(request=CancelIn, responses={200: InvocationOut, **problem_responses({
+        404: ["not_found"], 409: ["not_cancellable"]}, body=True)}, summary="Cancel before the commit boundary")
     def post(self, request, invocation_id):
         inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
-        data = _valid(CancelIn, request.data or {})
+        data = _valid(CancelIn, request.data)  # no body: {}; a JSON null or a list is refused
         inv = invocation_cancel(invocation=inv, actor=f"subject:{_subject(request).pk}", reason=data["reason"])
         request.trace_id = inv.trace_id
         return Response(invocation_to_dict(inv))
@@ -194,8 +235,8 @@ def _wait_seconds(request) -> float:
 
 class InvocationToolMessageView(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=["openai", "anthropic", "mcp"])],
-        responses={200: OpenApiTypes.OBJECT},
+        parameters=[OpenApiParameter("format", str, enum=["openai", "anthropic", "mcp"], description="default: openai")],
+        responses={200: TOOL_MESSAGE, **problem_responses({400: ["invalid_format"], 404: ["not_found"], 409: ["not_final"]})},
         summary="The exact tool-message bytes recorded for the model (409 until final or awaiting confirmation)",
     )
     def get(self, request, invocation_id):
@@ -209,8 +250,9 @@ class InvocationToolMessageView(APIView):
 
 class InvocationResultView(APIView):
     @extend_schema(
-        parameters=[OpenApiParameter("cursor", OpenApiTypes.STR, description="next_cursor from the tool message or the previous page")],
-        responses={200: OpenApiTypes.OBJECT},
+        parameters=[OpenApiParameter("cursor", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,32}$"},
+                                 description="next_cursor from the tool message or the previous page (opaque)")],
+        responses={200: ResultPageOut, **problem_responses({400: ["invalid_cursor"], 404: ["not_found"], 409: ["no_result"]})},
         summary="The rest of a truncated result, page by page (raw bytes, base64)",
     )
     def get(self, request, invocation_id):

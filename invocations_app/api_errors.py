@@ -6,8 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
 from toolops.errors import ApplicationError
-
-PROBLEM_CONTENT_TYPE = "application/problem+json"
+from toolops.problems import PROBLEM_CONTENT_TYPE, problem_body
 
 _DRF_CODES = {
     exceptions.ParseError: "malformed_request",
@@ -19,24 +18,23 @@ _DRF_CODES = {
     exceptions.MethodNotAllowed: "method_not_allowed",
     exceptions.NotAcceptable: "not_acceptable",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
-    exceptions.Throttled: "throttled",
+    exceptions.Throttled: "rate_limited",
 }
 
 
 def problem(status: int, code: str, title: str, detail: str, **extra) -> Response:
-    body = {"type": f"https://toolops.dev/problems/{code}", "title": title, "status": status, "code": code, "detail": detail}
-    body.update(extra)
-    return Response(body, status=status, content_type=PROBLEM_CONTENT_TYPE)
+    return Response(problem_body(status, code, title, detail, **extra), status=status, content_type=PROBLEM_CONTENT_TYPE)
 
 
 def problem_exception_handler(exc, context):
-    """Map ``ApplicationError`` and DRF's own errors to problems; anything else stays a 500."""
+    """Map ``ApplicationError`` and DRF's own errors to problems. Anything else is raised on to
+    ``toolops.middleware.ApiProblemMiddleware``: 503 for an outage, else a logged 500 problem."""
     if isinstance(exc, ApplicationError):
         return problem(exc.status, exc.code, exc.title, exc.message, **exc.extra)
     response = exception_handler(exc, context)
     if response is None:
-        return None  # an unexpected error: let it surface as a real 500 so it gets fixed
-    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
+        return None
+    code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), None) or getattr(exc, "default_code", "error")
     data = response.data
     if isinstance(exc, exceptions.ValidationError):
         detail, extra = "the request body is not valid", {"errors": data}

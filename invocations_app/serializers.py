@@ -4,11 +4,17 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
+import re
+import zoneinfo
 
-from django.core.validators import ProhibitNullCharactersValidator
+from django.conf import settings
+from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
 from rest_framework.fields import ProhibitSurrogateCharactersValidator
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from toolops.errors import ApplicationError
 from toolops.runtime.rendering import FORMATS
 
 from .models import Event, Invocation, Run
@@ -16,28 +22,161 @@ from .models import Event, Invocation, Run
 
 # --- input ------------------------------------------------------------------------------
 
+NO_NUL = RegexValidator(r"^[^\x00]*$", message="Null characters are not allowed.", code="null_characters_not_allowed")
+
+# Standard base64 with its padding: what base64.b64decode(validate=True) accepts.
+BASE64 = RegexValidator(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$", message="not valid base64")
+
+# Upper bounds: each budget must fit the counters it is compared with and the dates computed
+# from it (a wall_seconds of 2**40 overflowed the run's deadline on every later model call).
+MAX_COUNT_BUDGET = 1_000_000
+MAX_WALL_SECONDS = 366 * 24 * 3600
+MAX_RESULT_BYTES_BUDGET = 2**40
+MAX_METADATA_BYTES = 64 * 1024
+MAX_LIST_ITEMS = 1000
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string, nothing else: DRF would turn ``5`` into ``"5"``, which the schema (and a
+    generated client) says is invalid. Not trimmed. No NUL character (PostgreSQL text cannot hold one): the
+    check is a pattern, so the OpenAPI schema states it too."""
+
+    def __init__(self, **kwargs):
+        # Kept exactly as sent: an id the client echoes back must not lose its spaces, and a
+        # value of spaces is what the schema's minLength allows, not "blank".
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+        self.validators = [v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)]
+        self.validators.append(NO_NUL)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer, nothing else (no ``"5"``, no ``5.0``, no ``true``)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+DECIMAL_BUDGET_PATTERN = r"^\d{1,12}(\.\d{1,6})?$"
+
+
+@extend_schema_field({
+    "oneOf": [{"type": "string", "pattern": DECIMAL_BUDGET_PATTERN},
+              {"type": "integer", "minimum": 0, "maximum": 10**12 - 1}],
+    "description": "a non-negative amount: a decimal string (up to 12 integer and 6 fraction digits) or an "
+                   "integer; never a float, which cannot carry money exactly",
+})
+class BudgetDecimalField(serializers.DecimalField):
+    def validate_empty_values(self, data):
+        if data == "" or (isinstance(data, str) and not data.strip()):
+            self.fail("invalid")  # DRF would read a blank string as null
+        return serializers.Field.validate_empty_values(self, data)
+
+    def to_internal_value(self, data):
+        exact = (isinstance(data, str) and re.fullmatch(DECIMAL_BUDGET_PATTERN, data)) or (
+            isinstance(data, int) and not isinstance(data, bool)
+        )
+        if not exact:
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+# IANA zone names; "localtime" and "posixrules" are files of the host's zone folder, not zones
+# (a run's normalization would then depend on the machine).
+IANA_ZONE_NAMES = frozenset(zoneinfo.available_timezones()) - {"localtime", "posixrules"}
+
+
+@extend_schema_field({"type": "string", "enum": sorted(IANA_ZONE_NAMES),
+                      "description": "an IANA zone name, e.g. Europe/Paris"})
+class TimezoneField(StrictCharField):
+    pass
+
+
 class BudgetsIn(serializers.Serializer):
-    model_calls = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    tool_calls = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    wall_seconds = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    result_bytes = serializers.IntegerField(min_value=0, required=False, allow_null=True)
-    cost = serializers.DecimalField(max_digits=18, decimal_places=6, min_value=0, required=False, allow_null=True)
+    model_calls = StrictIntegerField(min_value=0, max_value=MAX_COUNT_BUDGET, required=False, allow_null=True)
+    tool_calls = StrictIntegerField(min_value=0, max_value=MAX_COUNT_BUDGET, required=False, allow_null=True)
+    wall_seconds = StrictIntegerField(min_value=0, max_value=MAX_WALL_SECONDS, required=False, allow_null=True)
+    result_bytes = StrictIntegerField(min_value=0, max_value=MAX_RESULT_BYTES_BUDGET, required=False, allow_null=True)
+    cost = BudgetDecimalField(max_digits=18, decimal_places=6, min_value=0, required=False, allow_null=True)
+
+
+def json_safe_problems(value, path: str = "$") -> list[str]:
+    """Why ``value`` cannot be stored and echoed as JSON by every database and client: a NUL
+    (PostgreSQL's jsonb refuses it), a lone surrogate (not encodable as UTF-8) in a key or a
+    string, or a non-finite number (1e400 parses as infinity)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            return [f"{path}: NUL character"]
+        if any("\ud800" <= ch <= "\udfff" for ch in value):
+            return [f"{path}: lone surrogate"]
+        return []
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{path}: non-finite number"]
+    if isinstance(value, dict):
+        found = []
+        for key, item in value.items():
+            label = f"{path}.{_printable(key)}"
+            if json_safe_problems(key):
+                found.append(f"{label}: key with a NUL or a lone surrogate")
+            found += json_safe_problems(item, label)
+        return found
+    if isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in json_safe_problems(item, f"{path}[{i}]")]
+    return []
+
+
+def _printable(text: str) -> str:
+    """Client text safe to quote in an error: escapes instead of NULs and surrogates."""
+    return text.encode("unicode_escape").decode("ascii")[:40]
+
+
+# Its OpenAPI shape is a component of its own: toolops/openapi_components.py.
+@extend_schema_field({"$ref": "#/components/schemas/SafeJSONObject"})
+class JSONSafeDictField(serializers.DictField):
+    """A JSON object that PostgreSQL can store and any client can read back, up to a size."""
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        problems = json_safe_problems(value)
+        if problems:
+            raise serializers.ValidationError(f"not JSON-safe: {'; '.join(problems[:5])}")
+        if len(json.dumps(value, ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
+            raise serializers.ValidationError(f"larger than {MAX_METADATA_BYTES} bytes as JSON")
+        return value
 
 
 class RunIn(serializers.Serializer):
     budgets = BudgetsIn(required=False)
-    timezone = serializers.CharField(max_length=64, default="UTC")
-    locale = serializers.CharField(max_length=35, default="en-US")
-    metadata = serializers.DictField(required=False, default=dict)
+    timezone = TimezoneField(max_length=64, default="UTC")
+    locale = StrictCharField(max_length=35, default="en-US")
+    metadata = JSONSafeDictField(required=False, default=dict, help_text=(
+        "any JSON object up to 64 KiB: no NUL characters, no lone surrogates, finite numbers"))
+
+    def validate_timezone(self, value):
+        # Checked against the zone list, not by loading it: ZoneInfo("America") raises
+        # IsADirectoryError and an over-long name OSError, which are not "unknown zone".
+        if value not in IANA_ZONE_NAMES:
+            raise ApplicationError(f"unknown IANA timezone {_printable(value)!r}", code="invalid_timezone")
+        return value
+
 
 
 class ModelCallIn(serializers.Serializer):
-    tools = serializers.ListField(child=serializers.CharField(max_length=140), required=False, allow_null=True, default=None)
+    tools = serializers.ListField(
+        child=StrictCharField(max_length=140), max_length=MAX_LIST_ITEMS, required=False, allow_null=True, default=None,
+    )
     format = serializers.ChoiceField(choices=FORMATS, default="openai")
-    context = serializers.ListField(child=serializers.UUIDField(), required=False, default=list)
+    context = serializers.ListField(child=serializers.UUIDField(), max_length=MAX_LIST_ITEMS, required=False, default=list)
 
 
-class RawStringField(serializers.CharField):
+class RawStringField(StrictCharField):
     """A string kept exactly as sent: no trimming, blanks allowed, NUL characters allowed.
 
     The model's raw argument text is evidence; the strict parser, not the request layer,
@@ -48,17 +187,17 @@ class RawStringField(serializers.CharField):
         super().__init__(trim_whitespace=False, allow_blank=True, **kwargs)
         self.validators = [
             v for v in self.validators
-            if not isinstance(v, (ProhibitNullCharactersValidator, ProhibitSurrogateCharactersValidator))
+            if not isinstance(v, ProhibitSurrogateCharactersValidator) and v is not NO_NUL
         ]
 
 
 class ProposalIn(serializers.Serializer):
     """One proposal: ``arguments`` (the model's raw string) or ``arguments_b64`` (any bytes)."""
 
-    proposal_id = serializers.CharField(max_length=200)
-    name = serializers.CharField(max_length=500, trim_whitespace=False)
+    proposal_id = StrictCharField(max_length=200)
+    name = StrictCharField(max_length=500, trim_whitespace=False)
     arguments = RawStringField(required=False)
-    arguments_b64 = serializers.CharField(required=False, allow_blank=True)
+    arguments_b64 = StrictCharField(required=False, allow_blank=True, validators=[BASE64])
 
     def validate(self, attrs):
         has_text, has_b64 = "arguments" in attrs, "arguments_b64" in attrs
@@ -77,18 +216,43 @@ class ProposalIn(serializers.Serializer):
 
 
 class FunctionIn(serializers.Serializer):
-    name = serializers.CharField(max_length=500, trim_whitespace=False)
-    arguments = RawStringField()
+    name = StrictCharField(max_length=500, trim_whitespace=False)
+    arguments = RawStringField(help_text="the model's raw argument string")
 
 
 class ToolCallIn(serializers.Serializer):
-    id = serializers.CharField(max_length=200)
+    id = StrictCharField(max_length=200)
     type = serializers.ChoiceField(choices=["function"], default="function")
     function = FunctionIn()
 
 
+class TooManyToolCalls(ApplicationError):
+    status, code, title = 413, "too_many_tool_calls", "Too many tool calls"
+
+
+SINGLE_PROPOSAL_FIELDS = ("proposal_id", "name", "arguments", "arguments_b64")
+
+
 class OpenAIToolCallsIn(serializers.Serializer):
-    tool_calls = ToolCallIn(many=True, allow_empty=False)
+    """An assistant message's ``tool_calls`` as OpenAI sends them: one proposal per entry."""
+
+    tool_calls = serializers.ListField(
+        child=ToolCallIn(), min_length=1, max_length=settings.TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST,
+    )
+
+    def to_internal_value(self, data):
+        # Counted before any entry is validated: nothing of an oversized batch is created.
+        calls = data.get("tool_calls") if isinstance(data, dict) else None
+        cap = settings.TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST
+        if isinstance(calls, list) and len(calls) > cap:
+            raise TooManyToolCalls(
+                f"{len(calls)} tool_calls in one request; at most {cap} (TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST)",
+                extra={"max_tool_calls": cap},
+            )
+        mixed = [f for f in SINGLE_PROPOSAL_FIELDS if isinstance(data, dict) and f in data]
+        if mixed:
+            raise serializers.ValidationError({f: "not allowed beside tool_calls (give one shape)" for f in mixed})
+        return super().to_internal_value(data)
 
     def to_proposals(self) -> list[dict]:
         return [
@@ -102,7 +266,7 @@ class OpenAIToolCallsIn(serializers.Serializer):
 
 
 class CancelIn(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 # --- output -----------------------------------------------------------------------------
@@ -220,42 +384,203 @@ def _confirmation(inv: Invocation) -> dict | None:
     }
 
 
+# --- documentation of the answers (OpenAPI): the dicts above are what is sent ------------------
+
+class AnyJSON(serializers.JSONField):
+    """Any JSON value, null included (drf-spectacular renders an unconstrained schema)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(allow_null=True, **kwargs)
+
+
 class EventOut(serializers.ModelSerializer):
+    data = serializers.DictField(help_text="kind-specific details (see SPEC §7)")
+
     class Meta:
         model = Event
         fields = ["seq", "at", "from_state", "to_state", "kind", "data", "actor", "trace_id", "span_id"]
 
 
+class BudgetCountsOut(serializers.Serializer):
+    model_calls = serializers.IntegerField()
+    tool_calls = serializers.IntegerField()
+    result_bytes = serializers.IntegerField()
+    cost = serializers.CharField(help_text="decimal as a string")
+
+
 class RunOut(serializers.Serializer):
-    """Shape of a run (documentation only; built by ``run_to_dict``)."""
+    """A run (built by ``run_to_dict``)."""
 
     id = serializers.UUIDField()
     state = serializers.ChoiceField(choices=Run.Status.choices)
     trace_id = serializers.CharField()
-    budgets = serializers.DictField()
-    used = serializers.DictField()
-    left = serializers.DictField()
+    budgets = serializers.DictField(help_text="the limits given at creation")
+    used = BudgetCountsOut()
+    left = serializers.DictField(help_text="per limited budget: what is left (cost as a decimal string)")
     timezone = serializers.CharField()
     locale = serializers.CharField()
+    metadata = serializers.DictField()
+    created_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True)
     end_reason = serializers.CharField(allow_null=True)
 
 
-class InvocationOut(serializers.Serializer):
-    """Shape of an invocation (documentation only; built by ``invocation_to_dict``)."""
+class ProposalRecordOut(serializers.Serializer):
+    model_call_id = serializers.UUIDField()
+    proposal_id = serializers.CharField()
+    name = serializers.CharField(help_text="the name exactly as the model wrote it")
+    arguments_bytes_b64 = serializers.CharField(help_text="the model's argument bytes exactly as received, base64")
+    parsed = AnyJSON(help_text="the strict parser's output; null when parsing was rejected")
+    parser = serializers.DictField()
+    span_id = serializers.CharField()
 
+
+class AttemptOut(serializers.Serializer):
+    number = serializers.IntegerField()
+    attempt_id = serializers.CharField()
+    started_at = serializers.DateTimeField()
+    sent_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    commit = serializers.CharField(allow_null=True)
+    failure_class = serializers.CharField(allow_null=True)
+    decision = serializers.CharField(allow_null=True)
+
+
+class AuthorizationOut(serializers.Serializer):
+    decision = AnyJSON()
+    capabilities = AnyJSON()
+    reasons = AnyJSON()
+    decided_at = AnyJSON()
+
+
+class ConfirmationOut(serializers.Serializer):
     id = serializers.UUIDField()
     state = serializers.CharField()
+    digest = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+    decided_by = serializers.CharField(allow_null=True)
+    decided_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(allow_null=True)
+    replacement_invocation_id = serializers.UUIDField(allow_null=True)
+
+
+class ResultOut(serializers.Serializer):
+    status = serializers.CharField(allow_null=True, help_text="ok | error | unknown")
+    value_or_error = AnyJSON()
+    commit_status = serializers.CharField(allow_null=True)
+    external_resource_id = serializers.CharField(allow_null=True)
+    observed_at = serializers.DateTimeField(allow_null=True)
+
+
+class InvocationErrorOut(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField(allow_blank=True)
+    detail = AnyJSON()
+
+
+class InvocationOut(serializers.Serializer):
+    """An invocation (built by ``invocation_to_dict``): rejections are states, not HTTP errors."""
+
+    id = serializers.UUIDField()
+    state = serializers.CharField(help_text="SPEC §2 state, e.g. AUTHORIZED, PARSE_REJECTED, OBSERVED")
     tool = serializers.CharField(allow_null=True, help_text="name@version")
-    proposal = serializers.DictField()
-    normalized_arguments = serializers.JSONField(allow_null=True)
+    proposal = ProposalRecordOut()
+    run_id = serializers.UUIDField()
+    normalized_arguments = AnyJSON()
     normalization_context = serializers.DictField()
+    normalization_trace = AnyJSON()
     validation = serializers.DictField()
     digest = serializers.CharField(allow_null=True)
-    idempotency_key = serializers.CharField()
-    authorization = serializers.DictField(allow_null=True)
-    confirmation = serializers.DictField(allow_null=True)
-    attempts = serializers.ListField()
-    result = serializers.DictField(allow_null=True)
+    idempotency_key = serializers.CharField(allow_blank=True)
+    deadline = serializers.DateTimeField(allow_null=True)
+    authorization = AuthorizationOut(allow_null=True)
+    confirmation = ConfirmationOut(allow_null=True)
+    attempts = AttemptOut(many=True)
+    result = ResultOut(allow_null=True)
+    edited_from = serializers.UUIDField(allow_null=True)
     trace_id = serializers.CharField()
     span_id = serializers.CharField()
-    error = serializers.DictField(allow_null=True)
+    error = InvocationErrorOut(allow_null=True)
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+
+class InvocationRecordOut(InvocationOut):
+    """GET of one invocation: the call plus what the model saw and where its result went (SPEC §12)."""
+
+    tool_definition_seen = serializers.DictField(allow_null=True)
+    included_in_model_calls = serializers.ListField(child=serializers.UUIDField())
+    tool_messages_available = serializers.ListField(child=serializers.ChoiceField(choices=FORMATS))
+
+
+class InvocationBatchOut(serializers.Serializer):
+    """The answer to an OpenAI ``tool_calls`` batch: one invocation per tool call, in order."""
+
+    invocations = InvocationOut(many=True)
+
+
+class ModelCallOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    run_id = serializers.UUIDField()
+    format = serializers.ChoiceField(choices=FORMATS)
+    tools = serializers.ListField(child=serializers.DictField(), help_text="definitions exactly as that ecosystem expects them")
+    name_map = serializers.DictField(child=serializers.CharField(), help_text="model-facing name → name@version")
+    renderings = serializers.DictField(help_text="per model-facing name: strict (OpenAI strict mode), strict_reason, null_as_absent")
+    context = serializers.ListField(child=serializers.UUIDField())
+
+
+class ResultPageOut(serializers.Serializer):
+    chunk_b64 = serializers.CharField(help_text="raw result bytes of this page, base64")
+    chunk_bytes = serializers.IntegerField(min_value=0)
+    next_cursor = serializers.CharField(allow_null=True, help_text="null on the last page")
+    total_bytes = serializers.IntegerField(min_value=0)
+
+
+# Tool messages: the exact bytes recorded for each model ecosystem.
+
+class OpenAIToolMessageOut(serializers.Serializer):
+    """Chat Completions ``role: tool`` message (format=openai)."""
+
+    role = serializers.ChoiceField(choices=["tool"])
+    tool_call_id = serializers.CharField()
+    content = serializers.CharField(help_text="JSON text of the result payload")
+
+
+class TextBlockOut(serializers.Serializer):
+    type = serializers.ChoiceField(choices=["text"])
+    text = serializers.CharField()
+
+
+class AnthropicToolResultOut(serializers.Serializer):
+    """Messages API ``tool_result`` content block (format=anthropic)."""
+
+    type = serializers.ChoiceField(choices=["tool_result"])
+    tool_use_id = serializers.CharField()
+    content = TextBlockOut(many=True)
+    is_error = serializers.BooleanField()
+
+
+class MCPCallToolResultOut(serializers.Serializer):
+    """MCP ``CallToolResult`` (format=mcp)."""
+
+    content = TextBlockOut(many=True)
+    structuredContent = serializers.DictField()  # noqa: N815 - MCP's field name
+    isError = serializers.BooleanField()  # noqa: N815 - MCP's field name
+
+
+# Request documentation: the proposal body is exactly one of three shapes.
+
+class ProposalTextIn(serializers.Serializer):
+    """A proposal whose arguments are the model's raw text."""
+
+    proposal_id = StrictCharField(max_length=200)
+    name = StrictCharField(max_length=500, trim_whitespace=False)
+    arguments = RawStringField(help_text="the model's raw argument string")
+
+
+class ProposalBytesIn(serializers.Serializer):
+    """A proposal whose arguments are any bytes, base64-encoded."""
+
+    proposal_id = StrictCharField(max_length=200)
+    name = StrictCharField(max_length=500, trim_whitespace=False)
+    arguments_b64 = StrictCharField(allow_blank=True, validators=[BASE64], help_text="standard base64 of the raw argument bytes")

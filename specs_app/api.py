@@ -7,6 +7,7 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from toolops.api_schema import problem_responses
 from toolops.errors import ApplicationError
 from toolops.runtime.rendering import FORMATS, render_tool, rendering_metadata
 
@@ -25,10 +26,10 @@ class ToolListView(APIView):
         parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=list(FORMATS), description="default: openai")],
         responses={200: inline_serializer("ToolListOut", {
             "format": serializers.CharField(),
-            "tools": serializers.ListField(help_text="definitions exactly as that ecosystem expects them"),
-            "name_map": serializers.DictField(help_text="model-facing name → name@version (exact, reversible)"),
+            "tools": serializers.ListField(child=serializers.DictField(), help_text="definitions exactly as that ecosystem expects them"),
+            "name_map": serializers.DictField(child=serializers.CharField(), help_text="model-facing name → name@version (exact, reversible)"),
             "renderings": serializers.DictField(help_text=RENDERINGS_HELP),
-        })},
+        }), **problem_responses({400: ["invalid_format"]})},
         summary="Tool definitions for the calling subject",
     )
     def get(self, request):

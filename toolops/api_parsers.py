@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 
 from django.conf import settings
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import JSONParser
 
 from toolops.runtime.parser import ParseRejected, check_depth
@@ -14,11 +14,17 @@ from toolops.runtime.parser import ParseRejected, check_depth
 MAX_BODY_DEPTH = 32
 
 
+class PayloadTooLarge(APIException):
+    status_code = 413
+    default_code = "payload_too_large"
+    default_detail = "request body too large"
+
+
 class DepthLimitedJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         body = stream.read(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1) if stream is not None else b""
         if len(body) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            raise ParseError("request body too large")
+            raise PayloadTooLarge(f"the request body exceeds {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
         try:
             check_depth(body.decode("utf-8", errors="replace"), MAX_BODY_DEPTH)
         except ParseRejected:

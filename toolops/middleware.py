@@ -1,6 +1,19 @@
-"""W3C trace context on every request: accept ``traceparent``, always answer with one."""
+"""Request middleware: W3C trace context on every request; problem+json for everything under /api/."""
 from __future__ import annotations
 
+import logging
+import sys
+
+import psycopg
+import redis.exceptions
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.core.signals import got_request_exception
+from django.db import InterfaceError, OperationalError
+from django.http import Http404, JsonResponse
+from kombu.exceptions import OperationalError as BrokerOperationalError
+
+from toolops.problems import PROBLEM_CONTENT_TYPE, problem_body
 from toolops.runtime.tracecontext import new_span_id, new_trace_id, parse_traceparent
 from toolops.tracelog import trace_scope
 
@@ -23,3 +36,88 @@ class TraceContextMiddleware:
         if request.trace and request.trace.tracestate:
             response["tracestate"] = request.trace.tracestate
         return response
+
+
+# --------------------------------------------------------------------------------------------
+# /api/: every answer is JSON, every error a problem document a client can act on.
+
+logger = logging.getLogger("toolops.api")
+
+API_PREFIX = "/api/"
+# A dependency that is down or saturated (database server, pool exhausted, broker, Redis): the
+# request may succeed later, so the client gets 503 + Retry-After, never a 500.
+OUTAGE_ERRORS = (
+    OperationalError, InterfaceError,  # Django's wrappers (a pool timeout arrives as OperationalError)
+    psycopg.OperationalError, psycopg.InterfaceError,  # raw driver errors (toolops.db_batch, the pool)
+    BrokerOperationalError,  # kombu: publishing to the Celery broker failed
+    redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,  # grant counters, caches
+)
+_JSON_TYPES = ("application/json", PROBLEM_CONTENT_TYPE, "application/vnd.oai.openapi+json")
+_TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found", 405: "Method not allowed",
+           413: "Payload too large", 429: "Too many requests", 500: "Internal server error", 503: "Service unavailable"}
+_CODES = {400: "malformed_request", 401: "unauthenticated", 403: "forbidden", 404: "not_found",
+          405: "method_not_allowed", 413: "payload_too_large", 429: "rate_limited", 503: "service_unavailable"}
+
+
+def problem_response(status: int, code: str, detail: str, **extra) -> JsonResponse:
+    body = problem_body(status, code, _TITLES.get(status, "Error"), detail, **extra)
+    return JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE, json_dumps_params={"ensure_ascii": False})
+
+
+def _remember_exception(sender, request=None, **kwargs) -> None:
+    """Django turns an exception raised inside an inner middleware into a 500 page before it
+    reaches us; keep the exception on the request so the answer can still say 503."""
+    if request is not None:
+        request.toolops_exception = sys.exc_info()[1]
+
+
+got_request_exception.connect(_remember_exception, dispatch_uid="toolops.api.remember_exception")
+
+
+class ApiProblemMiddleware:
+    """Under ``/api/``: outages → 503 ``service_unavailable`` + Retry-After; an oversized body
+    → 413; any other unhandled error → 500 with the trace id (logged with its traceback); any
+    other non-JSON error page (Django's 400/403/404/405) → the same status as problem+json.
+    The schema and the docs page keep their own (non-error) content types."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if not request.path_info.startswith(API_PREFIX) or response.status_code < 400:
+            return response
+        if response.get("Content-Type", "").split(";")[0].strip() in _JSON_TYPES:
+            return response
+        exc = getattr(request, "toolops_exception", None)
+        if exc is not None:
+            return self._for_exception(request, exc, logged=True)
+        status = response.status_code
+        return problem_response(status, _CODES.get(status, "error"), _TITLES.get(status, "request failed"))
+
+    def process_exception(self, request, exc):
+        if not request.path_info.startswith(API_PREFIX):
+            return None
+        if isinstance(exc, (Http404, PermissionDenied)) or (
+            isinstance(exc, SuspiciousOperation) and not isinstance(exc, RequestDataTooBig)
+        ):
+            return None  # Django answers these with their 4xx; __call__ makes that a problem
+        return self._for_exception(request, exc, logged=False)
+
+    def _for_exception(self, request, exc, *, logged: bool):
+        if isinstance(exc, RequestDataTooBig):
+            return problem_response(413, "payload_too_large", f"the request body exceeds {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
+        if isinstance(exc, OUTAGE_ERRORS):
+            logger.warning("service unavailable on %s %s: %s: %s", request.method, request.path_info,
+                           type(exc).__name__, exc)
+            response = problem_response(
+                503, "service_unavailable", "a backing service (database or broker) is unavailable; retry later",
+            )
+            response["Retry-After"] = str(settings.TOOLOPS_OUTAGE_RETRY_AFTER)
+            return response
+        request.trace_id = request.trace_id or new_trace_id()
+        if not logged:
+            logger.error("unhandled error on %s %s trace_id=%s", request.method, request.path_info, request.trace_id,
+                         exc_info=(type(exc), exc, exc.__traceback__))
+        return problem_response(500, "internal_error", "an unexpected error occurred; quote the trace id when reporting it",
+                                trace_id=request.trace_id)

@@ -12,7 +12,10 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
+
+from toolops.openapi_components import SCHEMAS as OPENAPI_SCHEMAS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOOLOPS_VAR_DIR", BASE_DIR / "var"))
@@ -65,6 +68,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Redoc/Swagger assets served from our own static files, no CDN
+    "csp",
     "guardian",
     "specs_app",
     "invocations_app",
@@ -72,13 +77,18 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files straight from the WSGI server (gunicorn), compressed and cached; no proxy needed.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "toolops.middleware.TraceContextMiddleware",
+    # Every /api/ answer is JSON: unknown paths, outages (503), oversized bodies, crashes.
+    "toolops.middleware.ApiProblemMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
 
 ROOT_URLCONF = "toolops.urls"
@@ -101,12 +111,29 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------
 DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'toolops.sqlite3'}"
+_IS_POSTGRES = DATABASE_URL.split(":", 1)[0] in ("postgres", "postgresql", "pgsql", "postgis")
+# Web processes on PostgreSQL borrow connections from Django's psycopg pool, bounded per
+# process (threads beyond max_size wait up to DB_POOL_TIMEOUT, then get a 503): the database
+# sees at most processes × DB_POOL_MAX_SIZE backends, whatever the load. Django requires
+# CONN_MAX_AGE=0 with a pool (a connection goes back to the pool after each request).
+# Celery workers keep one persistent connection per process instead (toolops/celery.py drops
+# the pool there): UNPOOLED_CONN_MAX_AGE seconds, health-checked before each task.
+DB_POOL = _IS_POSTGRES and env_bool("DB_POOL", True)
+DB_POOL_OPTIONS = {
+    "min_size": env_int("DB_POOL_MIN_SIZE", 2),
+    "max_size": env_int("DB_POOL_MAX_SIZE", 8),
+    "timeout": env_int("DB_POOL_TIMEOUT", 10),
+}
+# Where no pool is used (workers; web with DB_POOL=0): seconds a connection is kept.
+UNPOOLED_CONN_MAX_AGE = env_int("CONN_MAX_AGE", 600)
+if DB_POOL and not 1 <= DB_POOL_OPTIONS["min_size"] <= DB_POOL_OPTIONS["max_size"]:
+    raise ImproperlyConfigured("DB_POOL_MIN_SIZE must be >= 1 and <= DB_POOL_MAX_SIZE")
 try:
-    # Persistent connections: a fresh PostgreSQL connection per request/task costs ~4 ms
-    # of server CPU (see BASELINES.md); health checks drop dead ones transparently.
+    # Without a pool, persistent connections: a fresh PostgreSQL connection per request/task
+    # costs ~4 ms of server CPU (see BASELINES.md); health checks drop dead ones transparently.
     DATABASES = {
         "default": dj_database_url.parse(
-            DATABASE_URL, conn_max_age=env_int("CONN_MAX_AGE", 600), conn_health_checks=True
+            DATABASE_URL, conn_max_age=0 if DB_POOL else UNPOOLED_CONN_MAX_AGE, conn_health_checks=True
         )
     }
 except ValueError as exc:
@@ -126,6 +153,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         None if os.environ.get("DB_PREPARE_THRESHOLD", "").lower() in ("off", "none")
         else env_int("DB_PREPARE_THRESHOLD", 5)
     )
+    if DB_POOL:
+        DATABASES["default"]["OPTIONS"]["pool"] = dict(DB_POOL_OPTIONS)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Covering (INCLUDE) indexes are a PostgreSQL optimisation; SQLite simply builds the key part.
 SILENCED_SYSTEM_CHECKS = ["models.W040"]
@@ -146,11 +175,75 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)
 MEDIA_ROOT = VAR_DIR / "media"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # collectstatic writes gzip/brotli siblings; whitenoise serves them with far-future caching.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Before collectstatic has run (tests, runserver --dev) whitenoise finds files in the apps.
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", not (STATIC_ROOT / "admin").is_dir())
 
 LOGIN_URL = "admin:login"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
+
+# --- Deployment behind a TLS proxy (all off by default: `make run` is plain HTTP) ----------
+# README "Production path" lists the values `check --deploy` wants.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+# Trust X-Forwarded-Proto only when a proxy that overwrites it sits in front (value: the header's
+# WSGI name and the value meaning https, e.g. "HTTP_X_FORWARDED_PROTO,https").
+_proxy_ssl_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "")
+if _proxy_ssl_header:
+    _name, _, _value = _proxy_ssl_header.partition(",")
+    if not _name.startswith("HTTP_") or not _value:
+        raise ImproperlyConfigured("SECURE_PROXY_SSL_HEADER must look like 'HTTP_X_FORWARDED_PROTO,https'")
+    SECURE_PROXY_SSL_HEADER = (_name, _value)
+USE_X_FORWARDED_HOST = env_bool("USE_X_FORWARDED_HOST", False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# Content-Security-Policy (django-csp 4): scripts only from our origin or with the per-response
+# nonce the console templates put on their few inline <script>s; inline style attributes are
+# allowed (the dashboard's bar widths and colours), nothing is framed, nothing posts elsewhere.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "worker-src": [SELF],
+        "connect-src": [SELF],
+        "font-src": [SELF, "data:"],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF],
+    },
+}
+
+# --- Shared cache: throttles and login attempts, one count across every web process --------
+CACHES = {
+    # Per process (the dashboard's 15 s payload, see invocations_app/console/dashboard.py).
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "shared": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": os.environ.get("REDIS_URL"),
+         "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}
+        if os.environ.get("REDIS_URL")
+        else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}
+    ),
+}
+# Admin login: at most LOGIN_FAILURES_MAX failed attempts per client address and per username
+# within LOGIN_FAILURES_WINDOW seconds; further attempts are refused until the window passes.
+LOGIN_FAILURES_MAX = env_int("LOGIN_FAILURES_MAX", 10)
+LOGIN_FAILURES_WINDOW = env_int("LOGIN_FAILURES_WINDOW", 900)
 
 # --- REST API -------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -161,6 +254,8 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "invocations_app.api_errors.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": None,
+    # Per API token (toolops/throttling.py, TOOLOPS_API_RATE): over it → 429 `rate_limited`.
+    "DEFAULT_THROTTLE_CLASSES": ["toolops.throttling.TokenRateThrottle"],
     "UNAUTHENTICATED_USER": None,
     # `?format=` belongs to the API (openai|anthropic|mcp), not to renderer negotiation.
     "URL_FORMAT_OVERRIDE": None,
@@ -172,6 +267,14 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # No badge image from validator.swagger.io: the docs load nothing from outside.
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS"},
+    "APPEND_COMPONENTS": {"schemas": OPENAPI_SCHEMAS},
 }
 
 # --- Celery ---------------------------------------------------------------------------
@@ -206,6 +309,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 TOOLOPS_PARSER_MAX_BYTES = env_int("TOOLOPS_PARSER_MAX_BYTES", 1024 * 1024)
 TOOLOPS_PARSER_MAX_DEPTH = env_int("TOOLOPS_PARSER_MAX_DEPTH", 64)
 TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
+# Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
+TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
+# One proposals POST may carry at most this many OpenAI tool_calls (more → 413, nothing created).
+TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = env_int("TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST", 64)
+# Seconds a client is told to wait (Retry-After) when the database or the broker is unavailable.
+TOOLOPS_OUTAGE_RETRY_AFTER = env_int("TOOLOPS_OUTAGE_RETRY_AFTER", 5)
 
 LOGGING = {
     "version": 1,

@@ -1,11 +1,28 @@
 from django.contrib import admin
-from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
+from django.urls import include, path, re_path
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+
+from toolops.middleware import problem_response
+from toolops.throttling import ThrottledAdminAuthenticationForm
+
+# Failed admin logins are counted per address and username (toolops/throttling.py).
+admin.site.login_form = ThrottledAdminAuthenticationForm
+
+
+@csrf_exempt
+def api_not_found(request, rest=""):
+    """Any other path under /api/: a 404 problem, never the console's login redirect."""
+    return problem_response(404, "not_found", f"no API endpoint at {request.path}")
+
 
 urlpatterns = [
     path("api/v1/", include("toolops.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-docs"),
+    # Swagger UI from drf-spectacular-sidecar's static files; its init script is a separate
+    # request (?script), so the page runs under the Content-Security-Policy without inline code.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
+    re_path(r"^api/(?P<rest>.*)$", api_not_found),
     path("console/", include("invocations_app.console.urls")),  # staff pages: invocations_app/console/
     path("", admin.site.urls),
 ]

@@ -12,10 +12,12 @@ import itertools
 import json
 
 import pytest
+from django.conf import settings as django_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from invocations_app.models import Proposal
+from invocations_app.models import Invocation, Proposal
+from invocations_app.serializers import MAX_COUNT_BUDGET, MAX_RESULT_BYTES_BUDGET, MAX_WALL_SECONDS
 from toolops.runtime.parser import ParseRejected, parse_strict
 
 pytestmark = pytest.mark.django_db
@@ -309,3 +311,140 @@ def test_it_records_a_raw_nul_in_argument_text_as_parse_rejected(agent, call):
     assert resp.status_code == 201, (resp.status_code, resp.content[:300])
     assert resp.json()["state"] == "PARSE_REJECTED"
     assert _stored_bytes(call, pid) == b'{"city": "a\x00"}'
+
+
+# --------------------------------------------------------------------------- every other POST (issue 12 item 4)
+
+# Any JSON value, text with NUL and lone surrogates included, numbers far outside every bound.
+_HOSTILE_TEXT = st.text(alphabet=st.characters(exclude_categories=()), max_size=12) | st.sampled_from(
+    ["\x00", "\ud800", "a\udfffb", "UTC", "America", "Etc", "localtime", "../../etc/passwd", "Europe/Paris", "x" * 300]
+)
+_HOSTILE_NUMBERS = st.integers() | st.sampled_from([2**40, 2**63, -(2**63), 2**31, 10**30, -1, 0]) | st.floats()
+_HOSTILE_LEAF = st.none() | st.booleans() | _HOSTILE_NUMBERS | _HOSTILE_TEXT
+_HOSTILE_JSON = st.recursive(
+    _HOSTILE_LEAF,
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(_HOSTILE_TEXT, children, max_size=3),
+    max_leaves=10,
+)
+_BUDGET_VALUE = _HOSTILE_NUMBERS | _HOSTILE_TEXT | st.none() | st.sampled_from(["1e400", "NaN", "-0", "1.5"])
+RUN_BODIES = st.fixed_dictionaries({}, optional={
+    "budgets": st.fixed_dictionaries({}, optional={
+        k: _BUDGET_VALUE for k in ("model_calls", "tool_calls", "wall_seconds", "result_bytes", "cost")
+    }) | _HOSTILE_JSON,
+    "timezone": _HOSTILE_TEXT | _HOSTILE_JSON,
+    "locale": _HOSTILE_TEXT | _HOSTILE_JSON,
+    "metadata": st.dictionaries(_HOSTILE_TEXT, _HOSTILE_JSON, max_size=4) | _HOSTILE_JSON,
+})
+MODEL_CALL_BODIES = st.fixed_dictionaries({}, optional={
+    "tools": st.lists(_HOSTILE_TEXT | st.sampled_from(sorted(VISIBLE_NAMES)), max_size=4) | _HOSTILE_JSON,
+    "format": st.sampled_from(["openai", "anthropic", "mcp", "\ud800", "\x00"]) | _HOSTILE_JSON,
+    "context": st.lists(st.uuids().map(str) | _HOSTILE_TEXT, max_size=3) | _HOSTILE_JSON,
+})
+CANCEL_BODIES = st.fixed_dictionaries({}, optional={"reason": _HOSTILE_TEXT | _HOSTILE_JSON}) | _HOSTILE_JSON
+
+
+def _post_json_text(agent, path: str, body) -> object:
+    # json.dumps writes a lone surrogate as an escape and a float infinity as `Infinity`
+    # (refused by the strict API parser); both reach the server exactly as a hostile client sends them.
+    return agent.client.post(path, json.dumps(body), content_type="application/json",
+                             HTTP_AUTHORIZATION=f"Bearer {agent.token}")
+
+
+def _answer_ok_or_problem(resp, ok: tuple[int, ...]) -> None:
+    assert resp.status_code < 500, (resp.status_code, resp.content[:300])
+    if resp.status_code not in ok:
+        _assert_problem(resp)
+
+
+@FUZZ
+@given(body=RUN_BODIES)
+def test_a_run_body_of_any_shape_is_created_or_refused_never_a_server_error(agent, weather, body):
+    agent.client.raise_request_exception = False
+    resp = _post_json_text(agent, "/api/v1/runs", body)
+    _answer_ok_or_problem(resp, (201,))
+    if resp.status_code == 201:
+        run = resp.json()
+        # What is stored must read back and keep working: the run, a model call on it.
+        assert agent.get(f"/api/v1/runs/{run['id']}").status_code == 200
+        assert _post_json_text(agent, f"/api/v1/runs/{run['id']}/model-calls", {}).status_code in (201, 429)
+
+
+@FUZZ
+@given(body=MODEL_CALL_BODIES)
+def test_a_model_call_body_of_any_shape_is_created_or_refused_never_a_server_error(agent, weather, body):
+    agent.client.raise_request_exception = False
+    run = agent.run()
+    _answer_ok_or_problem(_post_json_text(agent, f"/api/v1/runs/{run['id']}/model-calls", body), (201,))
+
+
+@FUZZ
+@given(body=CANCEL_BODIES)
+def test_a_cancel_or_finish_body_of_any_shape_never_makes_a_server_error(agent, call, body):
+    call = agent.model_call(agent.run()["id"])["id"]  # a live run each time: finish ends it
+    inv = _post(agent, call, {"proposal_id": _pid("cancel"), "name": "weather.get_forecast@1", "arguments": GOOD_ARGS}).json()
+    _answer_ok_or_problem(_post_json_text(agent, f"/api/v1/invocations/{inv['id']}/cancel", body), (200,))
+    _answer_ok_or_problem(_post_json_text(agent, f"/api/v1/runs/{inv['run_id']}/finish", body), (200,))
+
+
+@pytest.mark.parametrize("raw", [
+    '{"metadata": {"note": "a\\u0000b"}}',
+    '{"metadata": {"a\\u0000": 1}}',
+    '{"metadata": {"note": "\\ud800"}}',
+    '{"metadata": {"\\udc00": "x"}}',
+    '{"metadata": {"n": 1e400}}',
+    '{"metadata": {"deep": [[{"n": -1e999}]]}}',
+    '{"budgets": {"wall_seconds": 1099511627776}}',
+    '{"budgets": {"tool_calls": 9223372036854775808}}',
+    '{"budgets": {"model_calls": -1}}',
+    '{"budgets": {"result_bytes": 1e400}}',
+    '{"budgets": {"cost": "1e400"}}',
+    '{"timezone": "America"}',
+    '{"timezone": "localtime"}',
+    '{"timezone": "\\ud800"}',
+])
+def test_it_refuses_unsafe_run_input_with_a_400_problem(agent, raw):
+    agent.client.raise_request_exception = False
+    resp = agent.client.post("/api/v1/runs", raw, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {agent.token}")
+    assert resp.status_code == 400, (resp.status_code, resp.content[:300])
+    _assert_problem(resp)
+
+
+def test_a_lone_surrogate_echoed_in_a_validation_error_is_encodable(agent, call):
+    """DRF quotes the bad choice in its message; the problem must still encode as UTF-8."""
+    run = agent.run()
+    resp = agent.client.post(f"/api/v1/runs/{run['id']}/model-calls", '{"format": "\\ud800x"}',
+                             content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {agent.token}")
+    _assert_problem(resp)
+    assert "\ufffdx" in resp.content.decode("utf-8")
+
+
+def test_a_run_at_the_bounds_is_accepted_and_keeps_working(agent, weather):
+    run = agent.run(budgets={"wall_seconds": MAX_WALL_SECONDS, "tool_calls": MAX_COUNT_BUDGET,
+                             "model_calls": MAX_COUNT_BUDGET, "result_bytes": MAX_RESULT_BYTES_BUDGET, "cost": "999999999999.999999"},
+                    metadata={"nested": {"list": [1, 2.5, None, True, "é"]}, "big": 2**70})
+    assert agent.model_call(run["id"])["id"]
+
+
+# --------------------------------------------------------------------------- tool_calls per request (issue 11 item 7)
+
+
+def _tool_calls(n: int, prefix: str) -> dict:
+    return {"tool_calls": [{"id": f"{prefix}_{i}", "type": "function",
+                            "function": {"name": "weather.get_forecast@1", "arguments": GOOD_ARGS}} for i in range(n)]}
+
+
+def test_a_batch_over_the_tool_calls_cap_is_a_413_and_creates_nothing(agent, call, settings):
+    settings.TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = 5
+    before = Invocation.objects.count()
+    resp = _post(agent, call, _tool_calls(6, "over"))
+    assert resp.status_code == 413
+    body = resp.json()
+    assert (body["code"], body["max_tool_calls"]) == ("too_many_tool_calls", 5)
+    assert Invocation.objects.count() == before
+    ok = _post(agent, call, _tool_calls(5, "at"))
+    assert ok.status_code == 201 and len(ok.json()["invocations"]) == 5
+
+
+def test_the_default_tool_calls_cap_refuses_2000_calls(agent, call):
+    resp = _post(agent, call, _tool_calls(2000, "flood"))
+    assert resp.status_code == 413 and resp.json()["max_tool_calls"] == django_settings.TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST

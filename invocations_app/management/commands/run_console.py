@@ -1,6 +1,12 @@
-"""`make run`: demo data, then the console + API, a Celery worker and beat, in one terminal."""
+"""`make run`: demo data, then the console + API, a Celery worker and beat, in one terminal.
+
+The web process is the production one — gunicorn with threaded workers, static files by
+whitenoise after a collectstatic into ``var/static`` — on whichever database is configured
+(the embedded SQLite file included). ``--dev`` runs Django's runserver instead.
+"""
 from __future__ import annotations
 
+import os
 import secrets
 import signal
 import subprocess
@@ -8,6 +14,7 @@ import sys
 import time
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from specs_app.demo import load_demo
@@ -19,8 +26,9 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000")
         parser.add_argument("--no-worker", action="store_true", help="run only the web process")
+        parser.add_argument("--dev", action="store_true", help="Django's runserver instead of gunicorn (development only)")
 
-    def handle(self, *args, addr, no_worker, **options):
+    def handle(self, *args, addr, no_worker, dev, **options):
         token_file = settings.VAR_DIR / "demo_token"
         if not token_file.exists():
             token_file.write_text("tko_demo_" + secrets.token_urlsafe(24))
@@ -29,8 +37,16 @@ class Command(BaseCommand):
         info = load_demo(token=token)
         python = sys.executable
         demo_port = settings.TOOLOPS_DEMO_SERVICES_URL.rsplit(":", 1)[-1].strip("/")
+        if dev:
+            web = subprocess.Popen([python, "manage.py", "runserver", addr, "--insecure", "--noreload"])
+        else:
+            call_command("collectstatic", interactive=False, verbosity=0)
+            web = subprocess.Popen(
+                [python, "-m", "gunicorn", "-c", "python:toolops.gunicorn_conf", "toolops.wsgi"],
+                env={**os.environ, "GUNICORN_BIND": addr},
+            )
         procs = [
-            subprocess.Popen([python, "manage.py", "runserver", addr, "--insecure", "--noreload"]),
+            web,
             subprocess.Popen([python, "manage.py", "run_demo_services", "--port", demo_port]),
         ]
         if not no_worker:
@@ -43,6 +59,7 @@ class Command(BaseCommand):
         self.stdout.write(f"admin login:      {info['admin']} / admin (change it: manage.py changepassword admin)")
         self.stdout.write(f"demo API token:   {token}")
         self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")
+        self.stdout.write(f"web server:       {'runserver (--dev)' if dev else 'gunicorn (toolops/gunicorn_conf.py)'}")
         self.stdout.write("Ctrl-C stops everything.\n")
         try:
             while all(p.poll() is None for p in procs):

@@ -1,0 +1,309 @@
+"""Load through the production web server: 64 concurrent agents against gunicorn + PostgreSQL.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/toolops_bench REDIS_URL=redis://127.0.0.1:6379/0 \\
+        .venv/bin/python bench/load.py [--clients 64] [--seconds 30] [--smoke]
+
+Black box: gunicorn (``toolops/gunicorn_conf.py``, threaded workers, psycopg pool per process)
+is started as a subprocess on a free port; each client is a thread with its own API token and
+keep-alive connection that opens a run and a model call, then alternates a proposal (POST,
+admission) and a poll (GET of one of its invocations) until the time is up. A monitor samples
+``pg_stat_activity`` for the database every 100 ms.
+
+Reported, all from this run:
+* every status seen, and the number of responses >= 500 (target 0: the script exits non-zero);
+* the most PostgreSQL backends seen on the database vs the bound the settings promise,
+  ``WEB_CONCURRENCY × DB_POOL_MAX_SIZE`` (exceeding it exits non-zero);
+* HTTP admission throughput (proposals answered 201/s) vs the in-process ``proposal_admit``
+  rate on the same database, one thread, no HTTP, measured just before and just after the
+  load (their mean: a shared machine drifts within a run) (target ratio >= 0.5);
+* p50/p99 latency of proposals and of polls.
+
+The clients share the machine with the server (2 cores here): their own CPU is part of what the
+ratio pays (reported). ``--smoke`` (or ``BENCH_SMOKE=1``): 8 clients for 3 s, to check the script
+runs. The script migrates its database and leaves rows behind, so it works on a database whose
+name contains ``bench``: given another one, it uses ``<name>_bench`` on the same server
+(created if missing).
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
+# A queue of its own: nothing consumes it (the bench measures the web side), purged at the end.
+os.environ.setdefault("TOOLOPS_QUEUE", f"bench-load-{uuid.uuid4().hex[:6]}")
+
+
+def _bench_database_url() -> str | None:
+    """DATABASE_URL pointed at a database named *bench* (created if missing); None if not PostgreSQL."""
+    url = os.environ.get("DATABASE_URL", "")
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        return None
+    name = parts.path.lstrip("/")
+    if "bench" not in name:
+        name = f"{name}_bench"
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+_BENCH_URL = _bench_database_url()
+if _BENCH_URL is None:
+    print("bench/load.py needs PostgreSQL (DATABASE_URL=postgres://…): skipped")
+    sys.exit(0 if ("--smoke" in sys.argv or os.environ.get("BENCH_SMOKE") == "1") else 2)
+os.environ["DATABASE_URL"] = _BENCH_URL
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from invocations_app.admission import proposal_admit  # noqa: E402
+from invocations_app.runs import model_call_create, run_create  # noqa: E402
+from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
+from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
+from specs_app.services import api_token_issue, toolspec_publish  # noqa: E402
+from toolops.celery import app as celery_app  # noqa: E402
+
+WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
+ARGS = [json.dumps({"city": f"City {i % 97}", "date": f"2026-07-{10 + i % 19:02d}"}) for i in range(1000)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def setup(clients: int):
+    call_command("migrate", verbosity=0)
+    tag = uuid.uuid4().hex[:8]
+    tenant = Tenant.objects.create(slug=f"bl-{tag}", name="bench")
+    spec = toolspec_publish(spec=ToolSpec.objects.create(**{**WEATHER, "name": f"bl{tag}.weather", "version": 1}))
+    capability, _ = Capability.objects.get_or_create(name="weather.read", defaults={"operation_class": "read"})
+    tokens = []
+    for i in range(clients + 1):  # one agent per client, one more for the in-process baseline
+        subject = Subject.objects.create(tenant=tenant, name=f"agent-{i}")
+        Grant.objects.create(capability=capability, tenant=tenant, subject=subject, scope_kind="any", reason="bench")
+        tokens.append((subject, api_token_issue(subject=subject)[1]))
+    return spec, tokens
+
+
+def in_process_rate(subject, spec, n: int) -> float:
+    """Proposals/s through ``proposal_admit`` in this process: same DB, broker, tool."""
+    run = run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    call = model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    for i in range(20):  # warm: caches, connection, prepared statements
+        proposal_admit(model_call=call, subject=subject, proposal_id=f"w{i}", name=spec.ref, arguments_bytes=ARGS[i].encode())
+    start = time.perf_counter()
+    for i in range(n):
+        proposal_admit(model_call=call, subject=subject, proposal_id=f"p{i}", name=spec.ref,
+                                arguments_bytes=ARGS[i % len(ARGS)].encode())
+    rate = n / (time.perf_counter() - start)
+    connection.close()  # the monitor counts only the server's backends:
+    if connection.pool is not None:
+        connection.close_pool()  # this process's own pool would keep min_size connections
+    return rate
+
+
+def start_gunicorn(port: int, workers: int, threads: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
+           "GUNICORN_THREADS": str(threads), "GUNICORN_ACCESSLOG": "", "DEBUG": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "python:toolops.gunicorn_conf", "toolops.wsgi"],
+                            cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            sys.exit(f"gunicorn exited:\n{log.read_text()[-3000:]}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/api/v1/_ready")
+            conn.getresponse().read()
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    sys.exit("gunicorn did not answer within 60 s")
+
+
+class Client(threading.Thread):
+    """One agent: a run, a model call, then proposal, poll, proposal, poll… until ``stop``."""
+
+    def __init__(self, port: int, token: str, spec_ref: str, stop: threading.Event, start_gate: threading.Barrier):
+        super().__init__(daemon=True)
+        self.port, self.token, self.spec_ref, self.stop, self.start_gate = port, token, spec_ref, stop, start_gate
+        self.results: list[tuple[str, int, float, float]] = []  # (kind, status, ended_at, seconds)
+        self.error: str | None = None
+
+    def _call(self, conn, kind: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict | None]:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        data = None
+        if body is not None:
+            data, headers["Content-Type"] = json.dumps(body), "application/json"
+        start = time.perf_counter()
+        conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        end = time.perf_counter()
+        self.results.append((kind, resp.status, end, end - start))
+        ok = resp.status < 300 and resp.getheader("Content-Type", "").startswith("application/json")
+        return resp.status, json.loads(raw) if ok else None
+
+    def run(self) -> None:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            _, run = self._call(conn, "setup", "POST", "/api/v1/runs", {"timezone": "UTC"})
+            _, call = self._call(conn, "setup", "POST", f"/api/v1/runs/{run['id']}/model-calls", {})
+            invocations, i = [], 0
+            self.start_gate.wait()
+            while not self.stop.is_set():
+                status, inv = self._call(conn, "proposal", "POST", f"/api/v1/model-calls/{call['id']}/proposals", {
+                    "proposal_id": f"c{i}", "name": self.spec_ref, "arguments": ARGS[i % len(ARGS)]})
+                if inv:
+                    invocations.append(inv["id"])
+                if invocations:
+                    self._call(conn, "poll", "GET", f"/api/v1/invocations/{invocations[i % len(invocations)]}")
+                i += 1
+        except Exception as exc:  # noqa: BLE001 - reported, not swallowed
+            self.error = f"{type(exc).__name__}: {exc}"
+
+
+def sample_backends(dbname: str, stop: threading.Event, samples: list[int]) -> None:
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    params["dbname"] = "postgres"
+    with psycopg.connect(**params, autocommit=True) as conn:
+        while not stop.is_set():
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'", [dbname]
+            ).fetchone()
+            samples.append(row[0])
+            time.sleep(0.1)
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def purge_queue() -> None:
+    try:
+        with celery_app.connection_for_write() as conn:
+            conn.default_channel.queue_purge(settings.CELERY_TASK_DEFAULT_QUEUE)
+    except Exception as exc:  # noqa: BLE001 - cleanup only
+        print(f"(could not purge the bench queue: {exc})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "2")), help="gunicorn processes")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("GUNICORN_THREADS", "8")), help="threads per process")
+    parser.add_argument("--baseline", type=int, default=1000, help="in-process proposals for the baseline rate")
+    parser.add_argument("--smoke", action="store_true", default=os.environ.get("BENCH_SMOKE") == "1")
+    args = parser.parse_args()
+    if args.smoke:
+        args.clients, args.seconds, args.workers, args.threads, args.baseline = 8, 3.0, 1, 4, 50
+
+    spec, tokens = setup(args.clients)
+    baseline_subject = tokens[-1][0]
+    # Half the baseline before the load, half after: a shared machine drifts within a run.
+    inproc_before = in_process_rate(baseline_subject, spec, args.baseline // 2)
+
+    pool_max = settings.DB_POOL_OPTIONS["max_size"] if settings.DB_POOL else None
+    bound = args.workers * pool_max if pool_max else None
+    port = free_port()
+    log = Path(tempfile.mkstemp(prefix="bench-load-gunicorn-", suffix=".log")[1])
+    server = start_gunicorn(port, args.workers, args.threads, log)
+    stop, samples = threading.Event(), []
+    gate = threading.Barrier(args.clients + 1)
+    clients = [Client(port, token, spec.ref, stop, gate) for _, token in tokens[: args.clients]]
+    monitor = threading.Thread(target=sample_backends, args=(settings.DATABASES["default"]["NAME"], stop, samples), daemon=True)
+    try:
+        monitor.start()
+        for c in clients:
+            c.start()
+        gate.wait(timeout=120)
+        started, client_cpu = time.perf_counter(), time.process_time()
+        time.sleep(args.seconds)
+        client_cpu = time.process_time() - client_cpu
+        stop.set()
+        for c in clients:
+            c.join(timeout=90)
+        monitor.join(timeout=5)
+    finally:
+        stop.set()
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        purge_queue()
+    inproc_after = in_process_rate(baseline_subject, spec, args.baseline // 2)
+    inproc = (inproc_before + inproc_after) / 2
+
+    # Only what completed inside the measured window counts for throughput and latency.
+    window_end = started + args.seconds
+    results = [r for c in clients for r in c.results]
+    measured = [r for r in results if r[0] != "setup" and r[2] <= window_end]
+    statuses = Counter(status for _, status, _, _ in results)
+    server_errors = sum(n for status, n in statuses.items() if status >= 500)
+    admitted = sum(1 for kind, status, _, _ in measured if kind == "proposal" and status == 201)
+    http_rate = admitted / args.seconds
+    proposal_lat = [s for kind, _, _, s in measured if kind == "proposal"]
+    poll_lat = [s for kind, _, _, s in measured if kind == "poll"]
+    errors = [c.error for c in clients if c.error]
+    peak = max(samples, default=0)
+
+    print(f"clients: {args.clients}  window: {args.seconds:.0f} s  gunicorn: {args.workers} x {args.threads} threads  "
+          f"pool: {settings.DB_POOL_OPTIONS if settings.DB_POOL else 'off'}")
+    print(f"responses: {len(results)}  statuses: {dict(sorted(statuses.items()))}  >= 500: {server_errors}")
+    print(f"PostgreSQL backends on {settings.DATABASES['default']['NAME']}: peak {peak}, "
+          f"median {statistics.median(samples) if samples else 0:.0f}  (bound: {bound if bound else 'no pool'})")
+    print(f"in-process proposal_admit:   {inproc:8.0f} /s  (one thread; {inproc_before:.0f} /s before the load, "
+          f"{inproc_after:.0f} /s after, {args.baseline // 2} proposals each)")
+    print(f"HTTP admission (201s):       {http_rate:8.0f} /s  ratio HTTP/in-process: {http_rate / inproc:.2f}  (target >= 0.5)")
+    print(f"proposal latency p50/p99:    {percentile(proposal_lat, 50) * 1000:6.1f} / {percentile(proposal_lat, 99) * 1000:6.1f} ms"
+          f"  ({len(proposal_lat)} requests)")
+    print(f"poll latency p50/p99:        {percentile(poll_lat, 50) * 1000:6.1f} / {percentile(poll_lat, 99) * 1000:6.1f} ms"
+          f"  ({len(poll_lat)} requests)")
+    print(f"load generator CPU:          {client_cpu:6.1f} s in the {args.seconds:.0f} s window (shares the cores with the server)")
+    if errors:
+        print(f"client errors ({len(errors)}): {errors[:3]}")
+    failed = server_errors > 0 or errors or (bound is not None and peak > bound)
+    if failed:
+        print(f"FAILED (gunicorn log: {log})")
+        return 1
+    log.unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

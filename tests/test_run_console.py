@@ -1,0 +1,54 @@
+"""`make run`'s web process is gunicorn + whitenoise, and it works on the embedded defaults
+(a SQLite file and the filesystem broker in a fresh var/ directory), with DEBUG off."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import requests
+
+from tests.conftest import REPO_ROOT
+from tests.servers import free_port, wait_for
+
+
+def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
+    var = Path(tempfile.mkdtemp(prefix="toolops-run-"))
+    port, demo_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DB_POOL", "CONN_MAX_AGE")}
+    env.update(TOOLOPS_VAR_DIR=str(var), DEBUG="0", TOOLOPS_DEMO_SERVICES_URL=f"http://127.0.0.1:{demo_port}")
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO_ROOT, env=env, check=True)
+    log = var / "run_console.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "manage.py", "run_console", "--no-worker", "--addr", f"127.0.0.1:{port}"],
+                                cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def up() -> bool:
+            assert proc.poll() is None, log.read_text()
+            try:
+                return requests.get(base + "/login/", timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_for(up, timeout=60, what="run_console")
+        assert "gunicorn" in log.read_text()
+        css = requests.get(base + "/static/admin/css/base.css", timeout=5)
+        assert css.status_code == 200 and css.headers["Content-Type"].startswith("text/css")
+        assert (var / "static" / "admin" / "css" / "base.css").exists()  # collected at start
+        login = requests.get(base + "/login/", timeout=5)
+        assert "script-src 'self'" in login.headers["Content-Security-Policy"]
+        token = (var / "demo_token").read_text().strip()
+        tools = requests.get(base + "/api/v1/tools", headers={"Authorization": f"Bearer {token}"}, timeout=5)
+        assert tools.status_code == 200 and tools.json()["tools"]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

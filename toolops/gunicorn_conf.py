@@ -1,0 +1,32 @@
+"""gunicorn settings for the web process (``gunicorn -c python:toolops.gunicorn_conf toolops.wsgi``).
+
+Threaded workers (gthread): each process serves ``GUNICORN_THREADS`` requests at once and
+borrows PostgreSQL connections from its own psycopg pool (``DB_POOL_MAX_SIZE``, settings.py),
+so the database sees at most ``WEB_CONCURRENCY × DB_POOL_MAX_SIZE`` web connections. Keep
+``DB_POOL_MAX_SIZE >= GUNICORN_THREADS`` so a request never waits for a connection.
+"""
+import os
+
+bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '0.0.0.0')}:{os.environ.get('PORT', '8000')}"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+worker_class = "gthread"
+threads = int(os.environ.get("GUNICORN_THREADS", "8"))
+# Connections waiting to be accepted: runserver's 10 reset bursts of concurrent clients.
+backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
+# Above the longest legitimate request (?wait= is capped at TOOLOPS_MAX_WAIT_SECONDS, 30 s).
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
+graceful_timeout = 30
+keepalive = 5
+# Recycle workers now and then (jittered so they do not restart together).
+max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "20000"))
+max_requests_jitter = max_requests // 10
+accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None
+errorlog = "-"
+# The proxy in front sets X-Forwarded-*; Django trusts them only via SECURE_PROXY_SSL_HEADER.
+forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+# gunicorn's runtime control socket defaults to one path per user (~/.gunicorn/gunicorn.ctl):
+# several servers on one host (tests, benches, instances) would take it from each other.
+# Off unless a path is given.
+control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+if not control_socket_disable:
+    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
