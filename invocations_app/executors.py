@@ -4,6 +4,7 @@ Two kinds, chosen by ``ToolSpec.executor["kind"]``:
 
 * ``python``: a dotted path to ``fn(arguments: dict, ctx: AttemptContext) -> ExecutionOutcome | dict``
   (a plain dict is a successful value).
+* ``mcp``: a tool on an upstream MCP server (``mcp_upstream``; issue 16).
 * ``http``: a generic HTTP executor configured in the ToolSpec — method, URL template, headers
   whose secret values live server-side (``"secret:NAME"`` → ``settings.TOOLOPS_TOOL_SECRETS``),
   the idempotency header, a status → outcome mapping, a lookup URL template, a per-attempt
@@ -25,6 +26,8 @@ from django.conf import settings
 
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status
 from toolops.runtime.requirements import resolve_pointer
+
+from . import mcp_upstream
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +51,8 @@ def tool_secrets() -> dict[str, str]:
 
 def secret_values(config: dict) -> list[str]:
     """The literal secret values an executor config refers to (for redaction)."""
+    if config.get("kind") == "mcp":
+        return mcp_upstream.secret_values(config)
     secrets = tool_secrets()
     names = [v.split(":", 1)[1] for v in (config.get("headers") or {}).values() if isinstance(v, str) and v.startswith("secret:")]
     return [secrets[n] for n in names if secrets.get(n)]
@@ -59,6 +64,8 @@ def execute(*, config: dict, arguments: Any, ctx: AttemptContext) -> ExecutionOu
         return _execute_python(config, arguments, ctx)
     if kind == "http":
         return _execute_http(config, arguments, ctx)
+    if kind == "mcp":
+        return mcp_upstream.execute_mcp(config=config, arguments=arguments, ctx=ctx)
     return ExecutionOutcome(
         commit=Commit.NOT_COMMITTED if ctx.side_effect_class != "read_only" else Commit.NOT_APPLICABLE,
         failure_class="not_reached", error={"code": "no_executor", "message": f"tool has no executor (kind={kind!r})"},
@@ -72,6 +79,8 @@ def lookup(*, config: dict, arguments: Any, ctx: AttemptContext) -> LookupOutcom
         return LookupOutcome(committed=None, detail={"reason": "tool offers no lookup"})
     if config.get("kind") == "python":
         return _import(spec)(arguments, ctx)
+    if config.get("kind") == "mcp":
+        return mcp_upstream.lookup_mcp(config=config, arguments=arguments, ctx=ctx)
     url = _render_url(spec["url"], arguments, ctx)
     try:
         resp = requests.request(spec.get("method", "GET"), url, headers=_headers(config, ctx), timeout=ctx.timeout_seconds)

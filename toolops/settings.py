@@ -214,6 +214,8 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["trace"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # The MCP SDK's HTTP client logs every request line at INFO: noise in worker logs.
+    "loggers": {"httpx2": {"level": "WARNING"}},
 }
 
 CELERY_BEAT_SCHEDULE = {
@@ -222,6 +224,8 @@ CELERY_BEAT_SCHEDULE = {
     # Retries live in the database (next_attempt_at); this re-enqueues the due ones.
     "enqueue-due-executions": {"task": "invocations.enqueue_due", "schedule": 2.0},
     "reconcile-unknown-outcomes": {"task": "invocations.reconcile", "schedule": 5.0},
+    # Imported MCP tools: a changed or vanished upstream definition quarantines its ToolSpec.
+    "refresh-upstream-definitions": {"task": "specs.upstream_refresh", "schedule": float(env_int("TOOLOPS_UPSTREAM_REFRESH_SECONDS", 60))},
 }
 # See invocations_app/tasks.py for why: late acks + redelivery on worker loss, and a
 # visibility timeout far above any countdown we hand the broker (<= 60 s).
@@ -237,6 +241,7 @@ if CELERY_BROKER_URL.startswith("redis"):
 CELERY_DB_REUSE_MAX = 2**62
 
 TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
+TOOLOPS_DEMO_NOTES_MCP_URL = os.environ.get("TOOLOPS_DEMO_NOTES_MCP_URL", "http://127.0.0.1:8766/mcp")
 
 
 def _tool_secrets() -> dict:
