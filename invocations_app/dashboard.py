@@ -56,6 +56,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from specs_app.upstream import upstream_quarantine_list
 from toolops.runtime.states import TERMINAL, State
 
 from .models import Attempt, Confirmation, Invocation, Run
@@ -509,6 +510,8 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         "prepared": data.in_flight[State.PREPARED],
         "committed": data.in_flight[State.COMMITTED],
         "failed_total": sum(r.total for r in data.states if r.group == "failed"),
+        # Live, not cached: a quarantine must show the moment it happens (a few rows, indexed).
+        "quarantined": upstream_quarantine_list(),
         "failed_url": _changelist(state__in=f"{State.FAILED_BEFORE_COMMIT},{State.FAILED_AFTER_COMMIT}",
                                   created_at__gte=data.since.isoformat()),
     }

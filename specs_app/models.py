@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from toolops.runtime.mcp_definitions import definition_diff
 from toolops.runtime.rendering import model_facing_name, tool_ref
 
 
@@ -306,6 +307,10 @@ class UpstreamTool(models.Model):
     @property
     def quarantined(self) -> bool:
         return self.state != "pinned"
+
+    @property
+    def changed_fields(self) -> list[str]:
+        return [d["field"] for d in definition_diff(self.pinned_definition, self.observed_definition)] if self.quarantined else []
 
     @property
     def class_confirmed_by_admin(self) -> bool:

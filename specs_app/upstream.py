@@ -250,3 +250,8 @@ def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
         quarantined=row["state"] in QUARANTINED, state=row["state"],
         needs_human=row["class_confirmed"] != spec.side_effect_class,
     )
+
+
+def upstream_quarantine_list(*, limit: int = 50) -> list[UpstreamTool]:
+    """Quarantined imported tools, newest detection first (partial index on state)."""
+    return list(UpstreamTool.objects.filter(state__in=QUARANTINED).select_related("tool_spec").order_by("-detected_at")[:limit])
