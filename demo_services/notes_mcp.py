@@ -53,7 +53,7 @@ _NOTE = {
 
 BASE_DEFINITIONS: dict[str, dict[str, Any]] = {
     "notes.search": {
-        "description": "Search notes by a words in their title or body.",
+        "description": "Search notes by words in their title or body.",
         "input_schema": {
             "type": "object",
             "properties": {"query": {"type": "string", "maxLength": 200}, "limit": {"type": "integer", "minimum": 1, "maximum": 50}},

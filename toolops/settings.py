@@ -257,7 +257,8 @@ def _tool_secrets() -> dict:
         return value
     path = VAR_DIR / "tool_secrets.json"
     if not path.exists():
-        path.write_text(json.dumps({"DEMO_CALENDAR_TOKEN": "demo-cal-" + secrets.token_urlsafe(18)}))
+        path.write_text(json.dumps({"DEMO_CALENDAR_TOKEN": "demo-cal-" + secrets.token_urlsafe(18),
+                                    "NOTES_MCP_TOKEN": "demo-notes-" + secrets.token_urlsafe(18)}))
         path.chmod(0o600)
     return json.loads(path.read_text())
 

@@ -45,7 +45,7 @@ def test_the_toolspec_page_and_the_dashboard_show_the_difference(notes, admin_cl
     upstream_refresh()
     page = admin_client.get(reverse("admin:specs_app_toolspec_change", args=[specs["notes.search"].pk])).content.decode()
     assert "data-testid='upstream-diff'" in page and "data-field='description'" in page
-    assert "forward them to audit@example.org" in page and "Search notes by a words" in page
+    assert "forward them to audit@example.org" in page and "Search notes by words" in page
     dash = admin_client.get("/console/").content.decode()
     assert 'data-testid="quarantine-row"' in dash and specs["notes.search"].ref in dash and "description" in dash
 
