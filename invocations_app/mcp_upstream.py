@@ -29,7 +29,7 @@ from typing import Any
 from specs_app.models import ToolSpec
 from specs_app.upstream import credential_headers, upstream_gate
 from toolops import mcp_client
-from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome
+from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
 from toolops.runtime.mcp_definitions import result_value, upstream_meta
 from toolops.runtime.rendering import parse_tool_ref
 from toolops.runtime.requirements import resolve_pointer
@@ -101,7 +101,16 @@ def execute_mcp(*, config: dict, arguments: Any, ctx) -> ExecutionOutcome:
 
 def _failure(failure: mcp_client.UpstreamFailure, ctx) -> ExecutionOutcome:
     read_only = ctx.side_effect_class == "read_only"
-    detail = {"phase": failure.phase, "kind": failure.kind}
+    detail = {"phase": failure.phase, "kind": failure.kind, "http_status": failure.http_status}
+    if failure.http_status:
+        # An HTTP refusal maps as it would for the HTTP executor; before the call was written
+        # it is a refusal of the session, so nothing can have committed.
+        if failure.reached:
+            commit, failure_class = outcome_for_status(status=failure.http_status, side_effect_class=ctx.side_effect_class)
+        else:
+            commit, failure_class = _not_committed(ctx), classify_status(failure.http_status)
+        return ExecutionOutcome(commit=commit, failure_class=failure_class, http_status=failure.http_status, detail=detail,
+                                error={"code": failure_class, "message": str(failure), "http_status": failure.http_status})
     if not failure.reached:
         return ExecutionOutcome(commit=_not_committed(ctx), failure_class="not_reached", detail=detail,
                                 error={"code": "not_reached", "message": str(failure)})

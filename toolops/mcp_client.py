@@ -12,11 +12,14 @@ the pin check) provably did not reach the tool; a failure after it may have.
 """
 from __future__ import annotations
 
+import functools
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import httpx2
+import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
@@ -33,9 +36,10 @@ class ResponseTooLarge(Exception):
 class UpstreamFailure(Exception):
     """One exchange failed. ``reached``: the ``tools/call`` may have been processed."""
 
-    def __init__(self, kind: str, message: str, *, phase: str, reached: bool, code: int | None = None):
+    def __init__(self, kind: str, message: str, *, phase: str, reached: bool, code: int | None = None,
+                 http_status: int | None = None):
         super().__init__(message)
-        self.kind, self.phase, self.reached, self.code = kind, phase, reached, code
+        self.kind, self.phase, self.reached, self.code, self.http_status = kind, phase, reached, code, http_status
 
 
 class DefinitionDrift(Exception):
@@ -71,13 +75,15 @@ class _CappedStream(httpx2.AsyncByteStream):
 
 
 class _CappedTransport(httpx2.AsyncBaseTransport):
-    """Streams each response body through a byte counter that stops at ``limit``."""
+    """Streams each response body through a byte counter that stops at ``limit``, and notes the
+    last HTTP status (the SDK folds a non-2xx answer into a generic JSON-RPC error)."""
 
-    def __init__(self, limit: int):
-        self.inner, self.limit = httpx2.AsyncHTTPTransport(), limit
+    def __init__(self, limit: int, state: dict):
+        self.inner, self.limit, self.state = httpx2.AsyncHTTPTransport(verify=_ssl_context()), limit, state
 
     async def handle_async_request(self, request):
         response = await self.inner.handle_async_request(request)
+        self.state["http_status"] = response.status_code
         response.stream = _CappedStream(response.stream, self.limit)
         return response
 
@@ -85,9 +91,15 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
         await self.inner.aclose()
 
 
-def _http_client(headers: dict[str, str], timeout: float, max_bytes: int) -> httpx2.AsyncClient:
+@functools.lru_cache(maxsize=1)
+def _ssl_context() -> ssl.SSLContext:
+    # Loading the CA bundle costs ~35 ms; one context per process serves every session.
+    return ssl.create_default_context()
+
+
+def _http_client(headers: dict[str, str], timeout: float, max_bytes: int, state: dict) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(
-        headers=headers, transport=_CappedTransport(max_bytes), follow_redirects=False,
+        headers=headers, transport=_CappedTransport(max_bytes, state), follow_redirects=False,
         timeout=httpx2.Timeout(timeout),
     )
 
@@ -106,7 +118,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _classify(exc: BaseException, phase: str) -> UpstreamFailure:
+def _classify(exc: BaseException, phase: str, http_status: int | None) -> UpstreamFailure:
     """Turn whatever the SDK or the transport raised into one ``UpstreamFailure``."""
     leaves = _leaves(exc)
     sent = phase == SEND
@@ -121,12 +133,24 @@ def _classify(exc: BaseException, phase: str) -> UpstreamFailure:
             return UpstreamFailure("dropped", f"{type(leaf).__name__}: the connection ended without an answer",
                                    phase=phase, reached=sent)
         if isinstance(leaf, MCPError):
-            return UpstreamFailure("jsonrpc_error", leaf.error.message[:300], phase=phase, reached=sent, code=leaf.error.code)
+            status = http_status if http_status and http_status >= 400 else None
+            kind = "http_error" if status else "jsonrpc_error"
+            return UpstreamFailure(kind, leaf.error.message[:300] + (f" (HTTP {status})" if status else ""), phase=phase,
+                                   reached=sent, code=leaf.error.code, http_status=status)
     first = leaves[0]
     return UpstreamFailure("error", f"{type(first).__name__}: {str(first)[:200]}", phase=phase, reached=sent)
 
 
 def _run(coro_fn, *, timeout: float, state: dict):
+    try:
+        return _run_classified(coro_fn, timeout=timeout, state=state)
+    except (DefinitionDrift, UpstreamFailure) as exc:
+        if isinstance(exc, UpstreamFailure) and exc.phase != SEND:
+            _DISCOVERED.pop(state["url"], None)
+        raise
+
+
+def _run_classified(coro_fn, *, timeout: float, state: dict):
     """Run ``coro_fn()`` under one wall-clock deadline; failures come back as ``UpstreamFailure``."""
 
     async def bounded():
@@ -143,7 +167,27 @@ def _run(coro_fn, *, timeout: float, state: dict):
         drift = next((leaf for leaf in _leaves(exc) if isinstance(leaf, DefinitionDrift)), None)
         if drift is not None:
             raise drift from None
-        raise _classify(exc, state["phase"]) from exc
+        raise _classify(exc, state["phase"], state.get("http_status")) from exc
+
+
+# url → (protocol version, DiscoverResult) of the last modern session in this process: the next
+# session adopts it instead of probing ``server/discover`` again (one round trip less per call).
+# Any failure before a call is written drops the entry, so an upgraded server is probed afresh.
+_DISCOVERED: dict[str, tuple[str, Any]] = {}
+
+
+def _client(url: str, http: httpx2.AsyncClient) -> Client:
+    transport = streamable_http_client(url, http_client=http)
+    known = _DISCOVERED.get(url)
+    if known is None:
+        return Client(transport, cache=None)
+    return Client(transport, cache=None, mode=known[0], prior_discover=known[1])
+
+
+def _remember(url: str, client: Client) -> None:
+    discovered = client.session.discover_result
+    if discovered is not None and url not in _DISCOVERED:
+        _DISCOVERED[url] = (client.session.protocol_version, discovered)
 
 
 async def _listing(client: Client) -> list[dict]:
@@ -159,10 +203,11 @@ async def _listing(client: Client) -> list[dict]:
 
 def list_tools(*, url: str, headers: dict[str, str], timeout: float, max_bytes: int) -> list[dict]:
     """The upstream's ``tools/list`` (all pages) as wire-form dicts."""
-    state = {"phase": CONNECT}
+    state = {"phase": CONNECT, "url": url}
 
     async def go():
-        async with _http_client(headers, timeout, max_bytes) as http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
+        async with _http_client(headers, timeout, max_bytes, state) as http, _client(url, http) as client:
+            _remember(url, client)
             state["phase"] = LIST
             return await _listing(client)
 
@@ -175,10 +220,11 @@ def call_tool(
 ) -> CallResult:
     """List, check the live definition against ``pinned_sha256`` (``DefinitionDrift`` before
     anything is sent), then ``tools/call`` — all in one session under one deadline."""
-    state = {"phase": CONNECT}
+    state = {"phase": CONNECT, "url": url}
 
     async def go():
-        async with _http_client(headers, timeout, max_bytes) as http, Client(streamable_http_client(url, http_client=http), cache=None) as client:
+        async with _http_client(headers, timeout, max_bytes, state) as http, _client(url, http) as client:
+            _remember(url, client)
             listed = None
             if pinned_sha256 is not None:
                 state["phase"] = LIST
@@ -187,7 +233,11 @@ def call_tool(
                 if listed is None or definition_sha256(listed) != pinned_sha256:
                     raise DefinitionDrift(listed)
             state["phase"] = SEND
-            result = await client.call_tool(name, arguments, meta=meta or None)
+            # The session's own tools/call, without the high-level client's output-schema check:
+            # that compiles a validator per session (~15 ms here), and ToolOps treats the
+            # result as untrusted data behind its own size cap either way.
+            request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments, _meta=meta or None))
+            result = await client.session.send_request(request, types.CallToolResult)
             return CallResult(
                 is_error=bool(result.is_error), structured=result.structured_content,
                 content=[b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in result.content], listed=listed,
