@@ -4,6 +4,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from toolops import db_guards
+
 
 class Migration(migrations.Migration):
 
@@ -42,4 +44,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.CheckConstraint(condition=models.Q(('state__in', ['pinned', 'changed', 'missing'])), name='specs_upstreamtool_state_valid')],
             },
         ),
+        migrations.RunPython(db_guards.install_upstream_watch, db_guards.uninstall_upstream_watch),
     ]

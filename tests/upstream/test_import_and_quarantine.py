@@ -170,3 +170,14 @@ def test_an_admin_confirmed_class_is_trusted(notes):
     _, agent = _agent_with_grants({"notes.search": specs["notes.search"]})
     inv = _propose(agent, specs["notes.search"].ref, {"query": "x"})
     assert inv["state"] == "AUTHORIZED" and not inv.get("confirmation")
+
+
+def test_the_database_refuses_to_lift_a_quarantine_by_hand(notes):
+    from django.db import IntegrityError, transaction
+
+    specs = published(_import(notes))
+    notes.redefine("notes.search", description="changed")
+    upstream_refresh()
+    with pytest.raises(IntegrityError), transaction.atomic():
+        UpstreamTool.objects.filter(tool_spec=specs["notes.search"]).update(state="pinned")
+    assert UpstreamTool.objects.get(tool_spec=specs["notes.search"]).state == "changed"
