@@ -211,6 +211,7 @@ class Dashboard:
     exhausted_by_reason: list[tuple[str, int, float]]
     exhausted_url: str
     attempts_generated_at: datetime | None = None
+    quarantined: list[dict] = field(default_factory=list)  # imported MCP tools refused until re-versioned
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -459,8 +460,15 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
         unknown=unknown, unknown_by_tool=unknown_by_tool, tools=tool_rows, exhausted_total=sum(ex_series),
         exhausted_series=ex_series, exhausted_spark=spark(ex_series), exhausted_by_reason=by_reason,
         exhausted_url=reverse("admin:invocations_app_run_changelist") + "?" + urlencode({"status__exact": Run.Status.EXHAUSTED}),
-        attempts_generated_at=attempts_at,
+        attempts_generated_at=attempts_at, quarantined=_quarantined(),
     )
+
+
+def _quarantined() -> list[dict]:
+    """6. imported MCP tools whose upstream definition changed or vanished (partial index on state)."""
+    return [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
+             "server_url": w.server_url, "state": w.state, "changed": ", ".join(w.changed_fields), "detected_at": w.detected_at}
+            for w in upstream_quarantine_list()]
 
 
 def dashboard_get(*, window: str = DEFAULT_WINDOW) -> tuple[Dashboard, bool]:
@@ -510,8 +518,6 @@ def dashboard_view(request: HttpRequest) -> HttpResponse:
         "prepared": data.in_flight[State.PREPARED],
         "committed": data.in_flight[State.COMMITTED],
         "failed_total": sum(r.total for r in data.states if r.group == "failed"),
-        # Live, not cached: a quarantine must show the moment it happens (a few rows, indexed).
-        "quarantined": upstream_quarantine_list(),
         "failed_url": _changelist(state__in=f"{State.FAILED_BEFORE_COMMIT},{State.FAILED_AFTER_COMMIT}",
                                   created_at__gte=data.since.isoformat()),
     }

@@ -26,6 +26,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.core.exceptions import ValidationError
+
 from specs_app.models import ToolSpec
 from specs_app.upstream import credential_headers, upstream_gate
 from toolops import mcp_client
@@ -51,7 +53,7 @@ def secret_values(config: dict) -> list[str]:
     """The credential value this config refers to (for redaction of what the tool echoes)."""
     try:
         header = credential_headers(config.get("credential") or "").get("Authorization", "")
-    except Exception:  # noqa: BLE001 - an unresolvable reference has no value to redact
+    except ValidationError:  # an unresolvable reference has no value to redact
         return []
     return [header.split(" ", 1)[1]] if header else []
 
@@ -82,11 +84,15 @@ def execute_mcp(*, config: dict, arguments: Any, ctx) -> ExecutionOutcome:
     refusal = quarantine_refusal(ctx)
     if refusal is not None:
         return refusal
+    try:
+        headers = credential_headers(config.get("credential") or "")
+    except ValidationError as exc:
+        return _refused(ctx, "executor_misconfigured", "; ".join(exc.messages))
     write = ctx.side_effect_class != "read_only"
     meta = upstream_meta(idempotency_key=remote_idempotency_key(ctx) if write else None, traceparent=ctx.traceparent)
     try:
         result = mcp_client.call_tool(
-            url=config["url"], headers=credential_headers(config.get("credential") or ""), name=config["tool"],
+            url=config["url"], headers=headers, name=config["tool"],
             arguments=arguments if isinstance(arguments, dict) else {}, meta=meta, timeout=ctx.timeout_seconds,
             max_bytes=int(config.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)),
             pinned_sha256=config.get("definition_sha256"),
@@ -159,6 +165,8 @@ def lookup_mcp(*, config: dict, arguments: Any, ctx) -> LookupOutcome:
         )
     except mcp_client.UpstreamFailure as failure:
         return LookupOutcome(committed=None, detail={"error": failure.kind, "phase": failure.phase})
+    except ValidationError as exc:  # the credential reference does not resolve
+        return LookupOutcome(committed=None, detail={"error": "executor_misconfigured", "message": "; ".join(exc.messages)})
     if result.is_error or not isinstance(result.structured, dict):
         return LookupOutcome(committed=None, detail={"reason": "the lookup tool gave no structured answer"})
     found, flag = resolve_pointer(result.structured, spec.get("found_pointer", "/found"))

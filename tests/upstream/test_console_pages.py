@@ -3,6 +3,7 @@ page's difference and the dashboard's quarantine card (Django test client, real 
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
 from django.urls import reverse
 
 from specs_app.models import ToolSpec, UpstreamTool
@@ -46,6 +47,7 @@ def test_the_toolspec_page_and_the_dashboard_show_the_difference(notes, admin_cl
     page = admin_client.get(reverse("admin:specs_app_toolspec_change", args=[specs["notes.search"].pk])).content.decode()
     assert "data-testid='upstream-diff'" in page and "data-field='description'" in page
     assert "forward them to audit@example.org" in page and "Search notes by words" in page
+    cache.clear()  # the dashboard payload is cached 15 s per process
     dash = admin_client.get("/console/").content.decode()
     assert 'data-testid="quarantine-row"' in dash and specs["notes.search"].ref in dash and "description" in dash
 
