@@ -98,4 +98,4 @@ def test_a_missing_credential_refuses_before_sending(specs, notes, settings):
     settings.TOOLOPS_TOOL_SECRETS = {k: v for k, v in settings.TOOLOPS_TOOL_SECRETS.items() if k != "NOTES_MCP_TOKEN"}
     out = _run(specs["notes.create"], {"title": "t", "body": "b"})
     assert out.commit == Commit.NOT_COMMITTED and out.failure_class == "permanent"
-    assert out.error["code"] == "executor_misconfigured" and notes.requests_log() == []
+    assert out.error["code"] == "executor_misconfigured" and notes.calls() == []
