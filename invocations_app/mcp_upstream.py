@@ -28,11 +28,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from specs_app.models import ToolSpec
-from specs_app.upstream import credential_headers, upstream_gate
+from specs_app.upstream import credential_headers, upstream_state_for_ref
 from toolops import mcp_client
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
-from toolops.runtime.mcp_definitions import result_value, upstream_meta
+from toolops.runtime.mcp_definitions import QUARANTINED, result_value, upstream_meta
 from toolops.runtime.rendering import parse_tool_ref
 from toolops.runtime.requirements import resolve_pointer
 
@@ -72,11 +71,10 @@ def quarantine_refusal(ctx) -> ExecutionOutcome | None:
     """Refuse a quarantined tool before anything is sent (admission refused it too; this catches
     a quarantine that happened while the call waited for a person or a retry)."""
     name, version = parse_tool_ref(ctx.tool_ref)
-    spec = ToolSpec.objects.filter(name=name, version=version).only("pk", "executor", "side_effect_class").first()
-    gate = upstream_gate(spec=spec) if spec else None
-    if gate is not None and gate.quarantined:
-        return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref} is quarantined: its upstream definition {gate.state}",
-                        {"watch_state": gate.state})
+    state = upstream_state_for_ref(name=name, version=version)
+    if state in QUARANTINED:
+        return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref} is quarantined: its upstream definition {state}",
+                        {"watch_state": state})
     return None
 
 

@@ -252,6 +252,11 @@ def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
     )
 
 
+def upstream_state_for_ref(*, name: str, version: int) -> str | None:
+    """The watch state of an imported tool version in one indexed read; None when not imported."""
+    return UpstreamTool.objects.filter(tool_spec__name=name, tool_spec__version=version).values_list("state", flat=True).first()
+
+
 def upstream_quarantine_list(*, limit: int = 50) -> list[UpstreamTool]:
     """Quarantined imported tools, newest detection first (partial index on state)."""
     return list(UpstreamTool.objects.filter(state__in=QUARANTINED).select_related("tool_spec").order_by("-detected_at")[:limit])
