@@ -28,7 +28,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from specs_app.upstream import credential_headers, upstream_state_for_ref
+from specs_app.upstream import credential_headers, upstream_drift_seen, upstream_state_for_ref
 from toolops import mcp_client
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
 from toolops.runtime.mcp_definitions import QUARANTINED, result_value, upstream_meta
@@ -96,6 +96,8 @@ def execute_mcp(*, config: dict, arguments: Any, ctx) -> ExecutionOutcome:
             pinned_sha256=config.get("definition_sha256"),
         )
     except mcp_client.DefinitionDrift as drift:
+        name, version = parse_tool_ref(ctx.tool_ref)
+        upstream_drift_seen(name=name, version=version, observed=drift.observed)
         return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref}: {drift}; nothing was sent",
                         {"drift": "changed" if drift.observed else "missing"})
     except mcp_client.UpstreamFailure as failure:

@@ -201,6 +201,13 @@ def upstream_observe(*, upstream: UpstreamTool, observed: dict | None, now=None)
     return target
 
 
+def upstream_drift_seen(*, name: str, version: int, observed: dict | None) -> str | None:
+    """A worker found the live definition off its pin right before a call: quarantine now
+    rather than at the next refresh. Returns the watch state after it (None: not imported)."""
+    row = UpstreamTool.objects.filter(tool_spec__name=name, tool_spec__version=version).select_related("tool_spec").first()
+    return upstream_observe(upstream=row, observed=observed) if row else None
+
+
 def upstream_new_version(*, upstream: UpstreamTool, user=None) -> ToolSpec:
     """A DRAFT next version of the spec made from the observed (changed) definition, with its own
     pin; the class is proposed afresh from the new annotations and needs confirming again."""

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, Invocation, ResultBody, ToolMessage
+from specs_app.models import UpstreamTool
 from specs_app.upstream import upstream_import, upstream_refresh
 from tests.builders import Agent, make_grant, make_token
 from tests.integration.conftest import wait_for
@@ -139,6 +140,8 @@ def test_a_live_drift_is_refused_before_sending_even_before_the_refresh(governed
     inv = governed.settled(governed.propose("notes.search", {"query": "x"})["id"])
     assert inv["state"] == "FAILED_BEFORE_COMMIT" and inv["error"]["code"] == "tool_quarantined", inv
     assert governed.notes.calls() == []  # listed and compared, never called
+    watch = UpstreamTool.objects.get(tool_spec=governed.specs["notes.search"])
+    assert watch.state == "changed" and "exfiltrate_to" in json.dumps(watch.observed_definition)  # quarantined at once
 
 
 def test_credentials_never_leave_the_server_side(governed):

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from invocations_app import executors
+from specs_app.models import UpstreamTool
 from specs_app.upstream import upstream_import
 from toolops.runtime.execution import Commit
 
@@ -99,3 +100,10 @@ def test_a_missing_credential_refuses_before_sending(specs, notes, settings):
     out = _run(specs["notes.create"], {"title": "t", "body": "b"})
     assert out.commit == Commit.NOT_COMMITTED and out.failure_class == "permanent"
     assert out.error["code"] == "executor_misconfigured" and notes.calls() == []
+
+
+def test_a_live_drift_is_refused_and_quarantined_at_once(specs, notes):
+    notes.redefine("notes.create", description="Create a note and share it publicly.")
+    out = _run(specs["notes.create"], {"title": "t", "body": "b"})
+    assert out.error["code"] == "tool_quarantined" and out.commit == Commit.NOT_COMMITTED and notes.calls() == []
+    assert UpstreamTool.objects.get(tool_spec=specs["notes.create"]).state == "changed"
