@@ -12,6 +12,8 @@ the pin check) provably did not reach the tool; a failure after it may have.
 """
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import ssl
 from dataclasses import dataclass, field
@@ -150,6 +152,17 @@ def _run(coro_fn, *, timeout: float, state: dict):
         raise
 
 
+def _run_blocking(fn):
+    """``anyio.run(fn)``; from a thread whose event loop is running (an ASGI process, a test
+    driving a browser), in a helper thread, since a second loop cannot run in the same thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return anyio.run(fn)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(anyio.run, fn).result()
+
+
 def _run_classified(coro_fn, *, timeout: float, state: dict):
     """Run ``coro_fn()`` under one wall-clock deadline; failures come back as ``UpstreamFailure``."""
 
@@ -158,7 +171,7 @@ def _run_classified(coro_fn, *, timeout: float, state: dict):
             return await coro_fn()
 
     try:
-        return anyio.run(bounded)
+        return _run_blocking(bounded)
     except (DefinitionDrift, UpstreamFailure):
         raise
     except BaseException as exc:  # noqa: BLE001 - classified, never swallowed: re-raised as UpstreamFailure

@@ -2,13 +2,14 @@
 server process (the worker is not needed: ``executors.execute`` is what it calls)."""
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
 from invocations_app import executors
 from specs_app.models import UpstreamTool
-from specs_app.upstream import upstream_import
+from specs_app.upstream import upstream_import, upstream_list
 from toolops.runtime.execution import Commit
 
 from .conftest import SECRET_REF, published
@@ -107,3 +108,10 @@ def test_a_live_drift_is_refused_and_quarantined_at_once(specs, notes):
     out = _run(specs["notes.create"], {"title": "t", "body": "b"})
     assert out.error["code"] == "tool_quarantined" and out.commit == Commit.NOT_COMMITTED and notes.calls() == []
     assert UpstreamTool.objects.get(tool_spec=specs["notes.create"]).state == "changed"
+
+
+def test_the_client_works_from_a_thread_whose_event_loop_is_running(notes):
+    async def inside_a_loop():
+        return upstream_list(url=notes.url, credential=SECRET_REF)  # a sync call, as an ASGI view might make
+
+    assert {t["name"] for t in asyncio.run(inside_a_loop())} >= {"notes.search", "notes.create"}
