@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from specs_app.models import ToolSpec
 from specs_app.selectors import capability_classes, grant_snapshots
+from specs_app.upstream import upstream_gate
 from toolops.runtime.authorization import AuthContext, Decision, Effect, GrantSnapshot, Reason, Usage, authorize
 from toolops.runtime.requirements import RequirementError, requirements_for
 from toolops.runtime.admission import Step
@@ -41,6 +42,7 @@ class AuthOutcome:
     confirmation_expires_at: datetime | None
     side_effect_class: str
     reservations: tuple = ()  # (counter, grant, run_id, invocation_id, amount) taken for this call
+    deny_code: str = "authorization_denied"
 
     def release_reservations(self) -> None:
         """Give the counted units back (the call was not recorded after all, e.g. a lost race)."""
@@ -70,7 +72,7 @@ class AuthOutcome:
     def error_fields(self) -> dict:
         if not self.denied:
             return {}
-        return {"error_code": "authorization_denied", "error_message": _deny_message(self.decision),
+        return {"error_code": self.deny_code, "error_message": _deny_message(self.decision),
                 "error_detail": {"reasons": self.record["reasons"]}}
 
 
@@ -82,12 +84,20 @@ def authorization_decide(
     Reserved units are given back with ``release_reservations`` when the call is not recorded
     after all (admission lost a race)."""
     counter = counter or default_counter()
-    decision, amounts = _decide(
-        spec=spec, tenant=tenant, subject=subject, run_id=run_id, invocation_id=invocation_id,
-        arguments=normalized_arguments, now=now, counter=counter,
-    )
+    gate = upstream_gate(spec=spec)  # None unless the tool is imported from an MCP server
+    if gate is not None and gate.quarantined:
+        decision, amounts = Decision(Effect.DENY, (Reason(
+            "tool_quarantined", None, "", f"{spec.ref} is quarantined: its upstream definition {gate.state}"),), ()), {}
+    else:
+        decision, amounts = _decide(
+            spec=spec, tenant=tenant, subject=subject, run_id=run_id, invocation_id=invocation_id,
+            arguments=normalized_arguments, now=now, counter=counter,
+        )
     policy = spec.confirmation_policy or {}
-    needs_human = decision.effect == Effect.CONFIRM or (decision.effect == Effect.ALLOW and bool(policy.get("required")))
+    # An upstream's class is its own claim until an admin confirms it: until then a person decides.
+    unconfirmed = gate is not None and gate.needs_human
+    needs_human = decision.effect == Effect.CONFIRM or (
+        decision.effect == Effect.ALLOW and (bool(policy.get("required")) or unconfirmed))
     seconds = int(policy.get("expires_seconds", DEFAULT_CONFIRMATION_SECONDS))
     record = {
         "decision": "deny" if decision.effect == Effect.DENY else ("confirm" if needs_human else "allow"),
@@ -100,6 +110,7 @@ def authorization_decide(
         decision=decision, record=record, needs_human=needs_human,
         confirmation_expires_at=now + timedelta(seconds=seconds) if needs_human else None,
         side_effect_class=spec.side_effect_class,
+        deny_code="tool_quarantined" if gate is not None and gate.quarantined else "authorization_denied",
         reservations=tuple(
             (counter, g, run_id, invocation_id, amounts.get(g.capability, 0)) for g in decision.used_grants if _counting(g)
         ),

@@ -4,6 +4,7 @@ Two kinds, chosen by ``ToolSpec.executor["kind"]``:
 
 * ``python``: a dotted path to ``fn(arguments: dict, ctx: AttemptContext) -> ExecutionOutcome | dict``
   (a plain dict is a successful value).
+* ``mcp``: a tool on an upstream MCP server (``mcp_upstream``; issue 16).
 * ``http``: a generic HTTP executor configured in the ToolSpec — method, URL template, headers
   whose secret values live server-side (``"secret:NAME"`` → ``settings.TOOLOPS_TOOL_SECRETS``),
   the idempotency header and/or client-reference header (both carry the *derived* remote key,
@@ -36,6 +37,8 @@ from toolops.runtime.tool_messages import DEFAULT_MAX_RESPONSE_BYTES
 
 from . import http_client
 from .http_client import EgressPolicy, HttpRequest, HttpResponse, TransportFailure
+
+from . import mcp_upstream
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +89,8 @@ def execute(*, config: dict, arguments: Any, ctx: AttemptContext) -> ExecutionOu
         return _execute_python(config, arguments, ctx)
     if kind == "http":
         return _execute_http(config, arguments, ctx)
+    if kind == "mcp":
+        return mcp_upstream.execute_mcp(config=config, arguments=arguments, ctx=ctx)
     return ExecutionOutcome(
         commit=Commit.NOT_COMMITTED if ctx.side_effect_class != "read_only" else Commit.NOT_APPLICABLE,
         failure_class="not_reached", error={"code": "no_executor", "message": f"tool has no executor (kind={kind!r})"},
@@ -99,6 +104,8 @@ def lookup(*, config: dict, arguments: Any, ctx: AttemptContext) -> LookupOutcom
         return LookupOutcome(committed=None, detail={"reason": "tool offers no lookup"})
     if config.get("kind") == "python":
         return _import(spec)(arguments, ctx)
+    if config.get("kind") == "mcp":
+        return mcp_upstream.lookup_mcp(config=config, arguments=arguments, ctx=ctx)
     try:
         url = _render_url(spec["url"], arguments, ctx)
         resp = http_client.send(

@@ -7,13 +7,22 @@ import json
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError
 from django.db.models import Q
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from toolops.runtime.mcp_definitions import definition_diff
+
+from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec, UpstreamTool
+from .upstream import (
+    UpstreamUnavailable, upstream_confirm_class, upstream_import, upstream_new_version, upstream_refresh,
+)
 from .services import (
     api_token_issue, api_token_revoke, grant_create, grant_revoke, grant_set_expiry, grant_tenants_for_user,
     grant_validate, toolspec_new_version, toolspec_publish, toolspec_retire,
@@ -85,8 +94,43 @@ class ApiTokenAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {queryset.count()} token(s).")
 
 
+def upstream_diff_table(watch: UpstreamTool) -> str:
+    """The pinned and the observed definition side by side, field by field (the rug pull, visible)."""
+    if not watch.quarantined:
+        return format_html("<span>{}</span>", "the upstream advertises exactly the pinned definition")
+    rows = format_html_join("", "<tr data-testid='upstream-diff-row' data-field='{}'><th>{}</th><td>{}</td><td>{}</td></tr>", (
+        (d["field"], d["field"], pretty_json(d["pinned"]), pretty_json(d["observed"]))
+        for d in definition_diff(watch.pinned_definition, watch.observed_definition)))
+    return format_html(
+        "<table data-testid='upstream-diff'><thead><tr><th>field</th><th>pinned</th><th>now advertised</th></tr></thead>"
+        "<tbody>{}</tbody></table>", rows)
+
+
+class UpstreamToolInline(admin.StackedInline):
+    """On an imported ToolSpec's page: where it comes from, its pin, and what changed upstream."""
+
+    model = UpstreamTool
+    can_delete = False
+    extra = 0
+    max_num = 0
+    fields = ["server_url", "upstream_name", "credential", "state", "detected_at", "checked_at", "check_error",
+              "pinned_sha256", "observed_sha256", "proposed_class", "proposal_reasons", "class_confirmation", "difference"]
+    readonly_fields = fields
+
+    @admin.display(description="class confirmed")
+    def class_confirmation(self, obj):
+        if obj.class_confirmed_by_admin:
+            return f"{obj.class_confirmed} by {obj.class_confirmed_by} at {obj.class_confirmed_at:%Y-%m-%d %H:%M} UTC"
+        return "not confirmed: every call waits for a person"
+
+    @admin.display(description="difference")
+    def difference(self, obj):
+        return upstream_diff_table(obj)
+
+
 @admin.register(ToolSpec)
 class ToolSpecAdmin(admin.ModelAdmin):
+    inlines = [UpstreamToolInline]
     list_display = ["name", "version", "status", "side_effect_class", "published_at"]
     list_filter = ["status", "side_effect_class"]
     search_fields = ["name", "title", "description"]
@@ -410,3 +454,105 @@ class GrantAdmin(admin.ModelAdmin):
         revoked = sum(grant_revoke(grant=g, user=request.user, reason=reason) for g in queryset.select_related("tenant"))
         skipped = queryset.count() - revoked
         self.message_user(request, f"Revoked {revoked} grant(s)." + (f" {skipped} already revoked." if skipped else ""))
+
+
+class UpstreamImportForm(forms.Form):
+    url = forms.URLField(label="MCP server URL", assume_scheme="https", help_text="its streamable HTTP endpoint, e.g. http://127.0.0.1:8766/mcp")
+    prefix = forms.CharField(help_text="ToolSpec names become PREFIX.<upstream tool name>")
+    credential = forms.CharField(required=False, help_text='"secret:NAME" from TOOLOPS_TOOL_SECRETS (never the value)')
+    lookups = forms.CharField(required=False, help_text="TOOL=LOOKUP_TOOL per line: the tool that finds TOOL's effect by key")
+
+    def clean_lookups(self):
+        pairs = {}
+        for line in (self.cleaned_data["lookups"] or "").splitlines():
+            if line.strip():
+                tool, sep, finder = line.strip().partition("=")
+                if not sep:
+                    raise forms.ValidationError(f"expected TOOL=LOOKUP_TOOL, got {line!r}")
+                pairs[tool.strip()] = finder.strip()
+        return pairs
+
+
+@admin.register(UpstreamTool)
+class UpstreamToolAdmin(admin.ModelAdmin):
+    """Imported MCP tools and their watch: quarantined ones first; import, confirm, re-version."""
+
+    list_display = ["tool_spec", "upstream_name", "server_url", "state", "detected_at", "proposed_class", "confirmed", "checked_at"]
+    list_filter = ["state", "server_url"]
+    search_fields = ["upstream_name", "tool_spec__name", "server_url"]
+    actions = ["confirm_class", "new_version_from_change", "refresh_now"]
+    fields = UpstreamToolInline.fields[:-2] + ["class_confirmation", "difference"]
+    readonly_fields = fields
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("tool_spec", "class_confirmed_by")
+
+    def get_ordering(self, request):
+        return ["state", "server_url", "upstream_name"]  # "changed" and "missing" sort before "pinned"
+
+    def has_add_permission(self, request):
+        return False  # rows come from an import
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(boolean=True, description="class confirmed")
+    def confirmed(self, obj):
+        return obj.class_confirmed_by_admin
+
+    class_confirmation = UpstreamToolInline.class_confirmation
+    difference = UpstreamToolInline.difference
+
+    def get_urls(self):
+        return [path("import/", self.admin_site.admin_view(self.import_view), name="specs_app_upstreamtool_import")] + super().get_urls()
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {"title": "Imported MCP tools", "import_url": reverse("admin:specs_app_upstreamtool_import")}
+        return super().changelist_view(request, {**extra, **(extra_context or {})})
+
+    def import_view(self, request):
+        """Read an upstream's tools/list and create draft ToolSpecs (the console face of mcp_import)."""
+        if not request.user.has_perm("specs_app.add_toolspec"):
+            raise PermissionDenied("importing creates ToolSpecs")
+        form = UpstreamImportForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                report = upstream_import(url=form.cleaned_data["url"], prefix=form.cleaned_data["prefix"],
+                                         credential=form.cleaned_data["credential"], lookups=form.cleaned_data["lookups"],
+                                         user=request.user)
+            except (UpstreamUnavailable, ValidationError) as exc:
+                form.add_error(None, "; ".join(getattr(exc, "messages", [str(exc)])))
+            else:
+                for spec in report.created:
+                    self.message_user(request, f"Draft {spec.ref} ({spec.side_effect_class}, proposed from annotations): "
+                                               "review and confirm its class, then publish.")
+                for name, why in report.skipped.items():
+                    self.message_user(request, f"Skipped {name}: {why}", messages.WARNING)
+                if report.unchanged:
+                    self.message_user(request, f"Already pinned: {', '.join(report.unchanged)}.")
+                return redirect("admin:specs_app_upstreamtool_changelist")
+        context = {**self.admin_site.each_context(request), "title": "Import tools from an MCP server", "form": form,
+                   "opts": self.model._meta}
+        return TemplateResponse(request, "admin/upstream/import.html", context)
+
+    @admin.action(description="Confirm the side-effect class as it stands (trust it for calls)")
+    def confirm_class(self, request, queryset):
+        for watch in queryset:
+            upstream_confirm_class(upstream=watch, user=request.user)
+            self.message_user(request, f"{watch.tool_spec.ref}: class {watch.tool_spec.side_effect_class} confirmed.")
+
+    @admin.action(description="New draft version from the changed upstream definition")
+    def new_version_from_change(self, request, queryset):
+        for watch in queryset:
+            try:
+                draft = upstream_new_version(upstream=watch, user=request.user)
+            except ValidationError as exc:
+                self.message_user(request, f"{watch.tool_spec.ref}: {'; '.join(exc.messages)}", messages.ERROR)
+                continue
+            self.message_user(request, f"Draft {draft.ref} made from the new definition: confirm its class and publish.")
+
+    @admin.action(description="Refresh these servers' definitions now")
+    def refresh_now(self, request, queryset):
+        for url in sorted(set(queryset.values_list("server_url", flat=True))):
+            counts = upstream_refresh(server_url=url)
+            self.message_user(request, f"{url}: {counts}")

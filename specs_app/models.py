@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from toolops.runtime.mcp_definitions import definition_diff
 from toolops.runtime.rendering import model_facing_name, tool_ref
 
 
@@ -260,3 +261,58 @@ class GrantChange(models.Model):
 
     class Meta:
         ordering = ["-at"]
+
+
+class UpstreamTool(models.Model):
+    """The watch over one ToolSpec imported from an upstream MCP server (issue 16).
+
+    The ToolSpec stays immutable and carries the pin in its executor config; this row holds
+    what may change: the watch state (``toolops.runtime.mcp_definitions.Watch``), the changed
+    definition and when it was seen, and an admin's confirmation of the side-effect class.
+    """
+
+    tool_spec = models.OneToOneField(ToolSpec, on_delete=models.PROTECT, related_name="upstream")
+    server_url = models.CharField(max_length=500)
+    upstream_name = models.CharField(max_length=200)
+    credential = models.CharField(max_length=120, blank=True, help_text='"secret:NAME" reference; never the value')
+    pinned_definition = models.JSONField(help_text="the governed part of the definition the spec was made from")
+    pinned_sha256 = models.CharField(max_length=64)
+    proposed_class = models.CharField(max_length=20, choices=SideEffectClass.choices)
+    proposal_reasons = models.JSONField(default=list, blank=True)
+    # Which class an admin confirmed (valid only while it equals the spec's class).
+    class_confirmed = models.CharField(max_length=20, blank=True, choices=SideEffectClass.choices)
+    class_confirmed_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    class_confirmed_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=16, default="pinned")
+    observed_definition = models.JSONField(null=True, blank=True)
+    observed_sha256 = models.CharField(max_length=64, blank=True)
+    detected_at = models.DateTimeField(null=True, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    check_error = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["server_url", "upstream_name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=["pinned", "changed", "missing"]), name="specs_upstreamtool_state_valid"),
+        ]
+        indexes = [
+            # Dashboard and refresh: the quarantined ones, and each server's tools.
+            models.Index(fields=["state"], name="specs_upstreamtool_state", condition=~Q(state="pinned")),
+            models.Index(fields=["server_url"], name="specs_upstreamtool_server"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.upstream_name} @ {self.server_url} → {self.tool_spec.ref} ({self.state})"
+
+    @property
+    def quarantined(self) -> bool:
+        return self.state != "pinned"
+
+    @property
+    def changed_fields(self) -> list[str]:
+        return [d["field"] for d in definition_diff(self.pinned_definition, self.observed_definition)] if self.quarantined else []
+
+    @property
+    def class_confirmed_by_admin(self) -> bool:
+        return bool(self.class_confirmed) and self.class_confirmed == self.tool_spec.side_effect_class

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from toolops.runtime.mcp_definitions import WATCH_TRANSITIONS
 from toolops.runtime.states import ALL_EDGES, BIRTH_STATES
 
 INVOCATION_TABLE = "invocations_app_invocation"
@@ -180,3 +181,42 @@ def birth_guard_suspended(connection):
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
         else:
             cursor.execute(_sqlite_birth_trigger())
+
+
+# --- imported MCP tools: the watch state moves only along WATCH_TRANSITIONS -------------------
+# Installed by specs_app's migration that creates the table (not by ``install``: older
+# migrations call that before the table exists).
+UPSTREAMTOOL_TABLE = "specs_app_upstreamtool"
+
+
+def _watch_edge_list() -> str:
+    return ", ".join(f"'{src}>{dst}'" for src, dst in sorted(WATCH_TRANSITIONS))
+
+
+def install_upstream_watch(apps, schema_editor) -> None:
+    vendor = schema_editor.connection.vendor
+    uninstall_upstream_watch(apps, schema_editor)
+    if vendor == "postgresql":
+        schema_editor.execute(f"""
+            CREATE OR REPLACE FUNCTION specs_upstreamtool_guard_state() RETURNS trigger AS $$
+            BEGIN
+              IF NEW.state IS DISTINCT FROM OLD.state
+                 AND (OLD.state || '>' || NEW.state) NOT IN ({_watch_edge_list()}) THEN
+                RAISE EXCEPTION 'upstream tool watch edge % -> % is not allowed', OLD.state, NEW.state
+                  USING ERRCODE = 'check_violation';
+              END IF;
+              RETURN NEW;
+            END $$ LANGUAGE plpgsql""", params=None)
+        schema_editor.execute(f"""CREATE TRIGGER specs_upstreamtool_guard_state BEFORE UPDATE OF state ON {UPSTREAMTOOL_TABLE}
+            FOR EACH ROW EXECUTE FUNCTION specs_upstreamtool_guard_state()""", params=None)
+    elif vendor == "sqlite":
+        schema_editor.execute(f"""CREATE TRIGGER specs_upstreamtool_guard_state BEFORE UPDATE OF state ON {UPSTREAMTOOL_TABLE}
+            WHEN NEW.state IS NOT OLD.state AND (OLD.state || '>' || NEW.state) NOT IN ({_watch_edge_list()})
+            BEGIN SELECT RAISE(ABORT, 'upstream tool watch edge is not allowed'); END""", params=None)
+    else:
+        raise RuntimeError(f"ToolOps supports PostgreSQL and SQLite, not {vendor}")
+
+
+def uninstall_upstream_watch(apps, schema_editor) -> None:
+    on = f" ON {UPSTREAMTOOL_TABLE}" if schema_editor.connection.vendor == "postgresql" else ""
+    schema_editor.execute(f"DROP TRIGGER IF EXISTS specs_upstreamtool_guard_state{on}", params=None)

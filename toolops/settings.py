@@ -327,6 +327,8 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["trace", "secrets"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # The MCP SDK's HTTP client logs every request line at INFO: noise in worker logs.
+    "loggers": {"httpx2": {"level": "WARNING"}},
 }
 
 CELERY_BEAT_SCHEDULE = {
@@ -336,6 +338,8 @@ CELERY_BEAT_SCHEDULE = {
     # Retries live in the database (next_attempt_at); this re-enqueues the due ones.
     "enqueue-due-executions": {"task": "invocations.enqueue_due", "schedule": 2.0},
     "reconcile-unknown-outcomes": {"task": "invocations.reconcile", "schedule": 5.0},
+    # Imported MCP tools: a changed or vanished upstream definition quarantines its ToolSpec.
+    "refresh-upstream-definitions": {"task": "specs.upstream_refresh", "schedule": float(env_int("TOOLOPS_UPSTREAM_REFRESH_SECONDS", 60))},
 }
 # See invocations_app/tasks.py for why: late acks + redelivery on worker loss, and a
 # visibility timeout far above any countdown we hand the broker (<= 60 s).
@@ -360,6 +364,9 @@ TOOLOPS_EGRESS_ALLOW = [e.strip() for e in os.environ.get("TOOLOPS_EGRESS_ALLOW"
 TOOLOPS_REMOTE_KEY_SECRET = os.environ.get("TOOLOPS_REMOTE_KEY_SECRET", "")
 
 
+TOOLOPS_DEMO_NOTES_MCP_URL = os.environ.get("TOOLOPS_DEMO_NOTES_MCP_URL", "http://127.0.0.1:8766/mcp")
+
+
 def _tool_secrets() -> dict:
     """Credentials executors send to tools; never in a ToolSpec, an event or a tool message."""
     raw = os.environ.get("TOOLOPS_TOOL_SECRETS")
@@ -373,7 +380,8 @@ def _tool_secrets() -> dict:
         return value
     path = VAR_DIR / "tool_secrets.json"
     if not path.exists():
-        path.write_text(json.dumps({"DEMO_CALENDAR_TOKEN": "demo-cal-" + secrets.token_urlsafe(18)}))
+        path.write_text(json.dumps({"DEMO_CALENDAR_TOKEN": "demo-cal-" + secrets.token_urlsafe(18),
+                                    "NOTES_MCP_TOKEN": "demo-notes-" + secrets.token_urlsafe(18)}))
         path.chmod(0o600)
     return json.loads(path.read_text())
 

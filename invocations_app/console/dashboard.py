@@ -56,6 +56,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from specs_app.upstream import upstream_quarantine_list
 from toolops.runtime.states import TERMINAL, State
 
 from ..models import Attempt, Confirmation, Invocation, Run
@@ -208,6 +209,7 @@ class Dashboard:
     exhausted_by_reason: list[tuple[str, int, float]]
     exhausted_url: str
     attempts_generated_at: datetime | None = None
+    quarantined: list[dict] = field(default_factory=list)  # imported MCP tools refused until re-versioned
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -456,8 +458,15 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
         unknown=unknown, unknown_by_tool=unknown_by_tool, tools=tool_rows, exhausted_total=sum(ex_series),
         exhausted_series=ex_series, exhausted_spark=spark(ex_series), exhausted_by_reason=by_reason,
         exhausted_url=reverse("admin:invocations_app_run_changelist") + "?" + urlencode({"status__exact": Run.Status.EXHAUSTED}),
-        attempts_generated_at=attempts_at,
+        attempts_generated_at=attempts_at, quarantined=_quarantined(),
     )
+
+
+def _quarantined() -> list[dict]:
+    """6. imported MCP tools whose upstream definition changed or vanished (partial index on state)."""
+    return [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
+             "server_url": w.server_url, "state": w.state, "changed": ", ".join(w.changed_fields), "detected_at": w.detected_at}
+            for w in upstream_quarantine_list()]
 
 
 def dashboard_get(*, window: str = DEFAULT_WINDOW) -> tuple[Dashboard, bool]:

@@ -233,8 +233,8 @@ def test_the_admin_index_hides_the_link_without_the_permission(client, world):
 
 # --- cost -----------------------------------------------------------------------------------------------
 
-# session + user + the five grouped queries of ``build_dashboard``.
-COLD_QUERIES = 7
+# session + user + the five grouped queries of ``build_dashboard`` + its quarantined MCP tools.
+COLD_QUERIES = 8
 
 
 def test_it_uses_a_bounded_number_of_queries(console, world, django_assert_max_num_queries):

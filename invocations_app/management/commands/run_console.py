@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
@@ -48,6 +49,7 @@ class Command(BaseCommand):
         procs = [
             web,
             subprocess.Popen([python, "manage.py", "run_demo_services", "--port", demo_port]),
+            self._notes_mcp(python),
         ]
         if not no_worker:
             procs.append(subprocess.Popen(
@@ -56,6 +58,8 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"\nToolOps console:  http://{addr}/"))
         self.stdout.write(f"API docs:         http://{addr}/api/docs/")
         self.stdout.write(f"demo services:    {settings.TOOLOPS_DEMO_SERVICES_URL} (calendar, payments, web pages)")
+        self.stdout.write(f"demo MCP server:  {settings.TOOLOPS_DEMO_NOTES_MCP_URL} (notes; govern it: README, "
+                          "'Governing an MCP server')")
         self.stdout.write(f"admin login:      {info['admin']} / admin (change it: manage.py changepassword admin)")
         self.stdout.write(f"demo API token:   {token}")
         self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")
@@ -75,3 +79,11 @@ class Command(BaseCommand):
                     p.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     p.kill()
+
+    @staticmethod
+    def _notes_mcp(python: str) -> subprocess.Popen:
+        """The demo upstream MCP server, requiring the demo credential when one is configured."""
+        url = urlsplit(settings.TOOLOPS_DEMO_NOTES_MCP_URL)
+        env = {**os.environ, "NOTES_MCP_TOKEN": (settings.TOOLOPS_TOOL_SECRETS or {}).get("NOTES_MCP_TOKEN", "")}
+        return subprocess.Popen([python, "-m", "demo_services.notes_mcp", "--host", url.hostname or "127.0.0.1",
+                                 "--port", str(url.port or 8766)], env=env)

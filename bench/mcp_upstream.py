@@ -1,0 +1,230 @@
+"""A read-only call to an imported MCP tool through ToolOps vs the same call straight to the upstream.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/toolops_bench_mcp \\
+    REDIS_URL=redis://127.0.0.1:6379/0 CELERY_BROKER_URL=redis://127.0.0.1:6379/5 \\
+    .venv/bin/python bench/mcp_upstream.py            # BENCH_SMOKE=1: a few calls, < 30 s
+
+Real parts: the demo notes MCP server (its own process, official SDK, streamable HTTP), a real
+``celery worker`` (prefork, concurrency 2), PostgreSQL, Redis.
+
+* **through ToolOps**: ``proposal_admit`` of ``notes.search`` (imported, class confirmed,
+  published, granted) → the worker opens an MCP session, lists the tools to check the pin,
+  calls the tool, records → OBSERVED, observed by polling the database every 1 ms.
+* **direct (baseline)**: the official SDK ``Client`` in one open session calling the same tool
+  — what an agent gets without ToolOps. Also shown, to explain the difference: one direct call
+  the way the worker makes it (a fresh session + the pin check), without ToolOps around it.
+* **exactly once**: the same ``notes.create`` proposal re-issued concurrently (100, smoke 20)
+  gives one invocation and one note upstream.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SMOKE = os.environ.get("BENCH_SMOKE") == "1"
+NOTES_TOKEN = "bench-notes-" + secrets.token_hex(8)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
+os.environ.setdefault("TOOLOPS_QUEUE", f"bench-{uuid.uuid4().hex[:6]}")
+os.environ["TOOLOPS_UPSTREAM_REFRESH_SECONDS"] = "3600"  # the bench measures calls, not refreshes
+os.environ["TOOLOPS_TOOL_SECRETS"] = json.dumps(
+    {**json.loads(os.environ.get("TOOLOPS_TOOL_SECRETS") or "{}"), "BENCH_NOTES_TOKEN": NOTES_TOKEN})
+
+import anyio  # noqa: E402
+import django  # noqa: E402
+import requests  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection, connections  # noqa: E402
+import httpx2  # noqa: E402
+from mcp import Client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+from invocations_app import services  # noqa: E402
+from invocations_app.models import Invocation  # noqa: E402
+from specs_app.models import Capability, Grant, Subject, Tenant  # noqa: E402
+from specs_app.services import toolspec_publish  # noqa: E402
+from specs_app.upstream import credential_headers, upstream_confirm_class, upstream_import  # noqa: E402
+from toolops import mcp_client  # noqa: E402
+
+
+def start_upstream() -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "demo_services.notes_mcp", "--port", "0"], cwd=ROOT,
+                            env={**os.environ, "NOTES_MCP_TOKEN": NOTES_TOKEN}, stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if "listening on" not in line:
+        raise SystemExit(f"notes MCP server did not start: {line}")
+    return proc, line.strip().rsplit(" ", 1)[-1]
+
+
+def start_worker() -> subprocess.Popen:
+    (ROOT / "var").mkdir(exist_ok=True)
+    log = open(ROOT / "var" / "bench-mcp-worker.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "toolops", "worker", "--loglevel=WARNING", "--concurrency=2",
+         "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--without-gossip", "--without-mingle"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT,
+    )
+    return proc  # the first (warm-up) call waits for it to come up
+
+
+def setup(url: str):
+    call_command("migrate", verbosity=0)
+    tag = uuid.uuid4().hex[:8]
+    admin = User.objects.get_or_create(username="bench-admin", defaults={"is_staff": True})[0]
+    specs = {s.upstream.upstream_name: s for s in upstream_import(
+        url=url, prefix=f"b{tag}", credential="secret:BENCH_NOTES_TOKEN", lookups={"notes.create": "notes.find_by_key"}).created}
+    tenant = Tenant.objects.create(slug=f"bm-{tag}", name="bench")
+    subject = Subject.objects.create(tenant=tenant, name="bench-agent")
+    out = {}
+    for name in ("notes.search", "notes.create"):
+        upstream_confirm_class(upstream=specs[name].upstream, user=admin)
+        spec = toolspec_publish(spec=specs[name])
+        Grant.objects.create(capability=Capability.objects.get(name=spec.required_capabilities[0]["capability"]),
+                             tenant=tenant, subject=subject, scope_kind="any", tool_refs=[spec.ref], reason="bench")
+        out[name] = spec
+    return subject, out
+
+
+def model_call(subject, spec):
+    run = services.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    return services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+
+
+def observed(inv_id: str) -> bool:
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT state FROM {Invocation._meta.db_table} WHERE id = %s", [uuid.UUID(inv_id)])
+        state = cur.fetchone()[0]
+    if state in ("FAILED_BEFORE_COMMIT", "AUTHORIZATION_REJECTED", "OUTCOME_UNKNOWN"):
+        raise SystemExit(f"invocation {inv_id} ended {state}")
+    return state == "OBSERVED"
+
+
+def through_toolops(subject, spec, call, n: int, *, timeout: float = 30) -> list[float]:
+    out = []
+    for i in range(n):
+        start = time.perf_counter()
+        inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id=f"p{uuid.uuid4().hex}",
+                                         name=spec.ref, arguments_bytes=f'{{"query": "q{i}"}}'.encode())
+        deadline = time.monotonic() + timeout
+        while not observed(str(inv.pk)):
+            if time.monotonic() > deadline:
+                raise SystemExit("timed out waiting for OBSERVED")
+            time.sleep(0.001)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def direct_session(url: str, n: int) -> list[float]:
+    """The official SDK client, one open session, calling the upstream itself."""
+    out = []
+
+    async def go():
+        async with httpx2.AsyncClient(headers=credential_headers("secret:BENCH_NOTES_TOKEN")) as http, \
+                Client(streamable_http_client(url, http_client=http)) as client:
+            await client.list_tools()
+            for i in range(n):
+                start = time.perf_counter()
+                await client.call_tool("notes.search", {"query": f"q{i}"})
+                out.append((time.perf_counter() - start) * 1000)
+
+    anyio.run(go)
+    return out
+
+
+def direct_like_worker(url: str, spec, n: int) -> list[float]:
+    """One call as the worker makes it (fresh session, pin check, deadline, cap), outside ToolOps."""
+    out = []
+    for i in range(n):
+        start = time.perf_counter()
+        mcp_client.call_tool(url=url, headers=credential_headers("secret:BENCH_NOTES_TOKEN"), name="notes.search",
+                             arguments={"query": f"q{i}"}, meta={}, timeout=10, max_bytes=1 << 20,
+                             pinned_sha256=spec.executor["definition_sha256"])
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def reissue(subject, spec, url: str, n: int) -> tuple[int, int, int]:
+    """The same proposal posted ``n`` times at once: (invocations, notes upstream, tools/call sent)."""
+    call = model_call(subject, spec)
+    title = f"once-{uuid.uuid4().hex[:8]}"
+    body = json.dumps({"title": title, "body": "exactly once"}).encode()
+
+    def post(_):
+        try:
+            inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="same-call", name=spec.ref,
+                                             arguments_bytes=body)
+            return str(inv.pk)
+        finally:
+            connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=min(n, 16)) as pool:
+        ids = set(pool.map(post, range(n)))
+    for inv_id in ids:
+        deadline = time.monotonic() + 30
+        while not observed(inv_id):
+            if time.monotonic() > deadline:
+                raise SystemExit("timed out waiting for the re-issued call")
+            time.sleep(0.01)
+    base = url.rsplit("/mcp", 1)[0]
+    notes = [x for x in requests.get(f"{base}/_control/notes", timeout=5).json()["notes"] if x["title"] == title]
+    sent = [r for r in requests.get(f"{base}/_control/requests", timeout=5).json()["requests"]
+            if r["method"] == "tools/call" and (r.get("arguments") or {}).get("title") == title]
+    return len(ids), len(notes), len(sent)
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    if not settings.CELERY_BROKER_URL.startswith("redis") or connection.vendor != "postgresql":
+        raise SystemExit("needs PostgreSQL (DATABASE_URL) and a Redis broker (CELERY_BROKER_URL)")
+    n, reissues = (8, 20) if SMOKE else (200, 100)
+    upstream, url = start_upstream()
+    worker = None
+    try:
+        subject, specs = setup(url)
+        worker = start_worker()
+        search = specs["notes.search"]
+        call = model_call(subject, search)
+        through_toolops(subject, search, call, 3, timeout=60)  # warm up: worker imports, jsonschema, first session
+        direct_session(url, 3)
+        toolops_ms = through_toolops(subject, search, call, n)
+        direct_ms = direct_session(url, n)
+        worker_like_ms = direct_like_worker(url, search, max(3, n // 4))
+        invocations, notes, sent = reissue(subject, specs["notes.create"], url, reissues)
+    finally:
+        if worker is not None:
+            worker.terminate()
+            worker.wait(timeout=30)
+        upstream.terminate()
+        upstream.wait(timeout=10)
+    print(f"{'smoke: ' if SMOKE else ''}{n} read-only calls each way; worker concurrency 2; demo notes MCP server")
+    for name, p in (("p50", 50), ("p99", 99)):
+        a, b, c = pct(toolops_ms, p), pct(direct_ms, p), pct(worker_like_ms, p)
+        print(f"latency {name}: through ToolOps {a:7.1f} ms   direct (open session) {b:6.1f} ms   added {a - b:+7.1f} ms"
+              f"   [one worker-style call alone: {c:6.1f} ms]")
+    print("(goal: added p50 <= 10 ms, p99 <= 25 ms)")
+    ok = invocations == 1 and notes == 1 and sent == 1
+    print(f"exactly once: {reissues} concurrent re-issues -> {invocations} invocation, {notes} note, {sent} tools/call sent"
+          f" {'OK' if ok else 'VIOLATED'}")
+    if not ok:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,180 @@
+"""Executor kind ``mcp``: one attempt = one ``tools/call`` on an upstream MCP server.
+
+Config (written by ``specs_app.upstream.upstream_import``, immutable once published)::
+
+    {"kind": "mcp", "url": "http://…/mcp", "tool": "notes.create", "definition_sha256": "…",
+     "credential": "secret:NAME", "max_response_bytes": 1048576,
+     "lookup": {"tool": "notes.find_by_key", "key_argument": "idempotency_key", "found_pointer": "/found"},
+     "resource_id_pointer": "/note/id"}
+
+Rules, the same as for the HTTP executor:
+
+* refused before anything is sent when the tool is quarantined (its watch row) or when the live
+  definition, listed in the same session right before the call, differs from the pin;
+* credentials come from ``settings.TOOLOPS_TOOL_SECRETS`` by reference; the agent's token never
+  leaves ToolOps; the (tenant-scoped) idempotency key and the attempt's ``traceparent`` go in
+  ``_meta``;
+* one wall-clock deadline per attempt and a response-size cap (``toolops.mcp_client``);
+* outcomes: ``structuredContent``/``content`` → the value; ``isError`` → business rejection
+  (the tool answered: nothing committed); not reached → ``not_reached``; a timeout or dropped
+  connection after the call was written → ``timeout_unknown`` (a write's commit is unknown:
+  OUTCOME_UNKNOWN, reconciled by the lookup tool); a JSON-RPC error → ``permanent`` for
+  request errors, ``transient`` (commit unknown for writes) for server errors.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from specs_app.upstream import credential_headers, upstream_drift_seen, upstream_state_for_ref
+from toolops import mcp_client
+from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
+from toolops.runtime.mcp_definitions import QUARANTINED, result_value, upstream_meta
+from toolops.runtime.rendering import parse_tool_ref
+from toolops.runtime.requirements import resolve_pointer
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_RESPONSE_BYTES = 1 << 20
+# JSON-RPC codes meaning "your request was refused as such": the tool never ran.
+REQUEST_ERROR_CODES = frozenset({-32700, -32600, -32601, -32602})
+
+
+def remote_idempotency_key(ctx) -> str:
+    """The key the upstream sees for this attempt: the tenant-scoped derivation of SPEC §8
+    (``remote_key``, recorded on the attempt), never the runtime's raw key — remote key spaces
+    are shared, tenants are not."""
+    return ctx.remote_key or ctx.idempotency_key
+
+
+def secret_values(config: dict) -> list[str]:
+    """The credential value this config refers to (for redaction of what the tool echoes)."""
+    try:
+        header = credential_headers(config.get("credential") or "").get("Authorization", "")
+    except ValidationError:  # an unresolvable reference has no value to redact
+        return []
+    return [header.split(" ", 1)[1]] if header else []
+
+
+def _not_committed(ctx) -> str:
+    return Commit.NOT_APPLICABLE if ctx.side_effect_class == "read_only" else Commit.NOT_COMMITTED
+
+
+def _refused(ctx, code: str, message: str, detail: dict | None = None) -> ExecutionOutcome:
+    # "permanent": the retry matrix never repeats it; nothing was sent, so nothing committed.
+    return ExecutionOutcome(commit=_not_committed(ctx), failure_class="permanent",
+                            error={"code": code, "message": message}, detail=detail or {})
+
+
+def quarantine_refusal(ctx) -> ExecutionOutcome | None:
+    """Refuse a quarantined tool before anything is sent (admission refused it too; this catches
+    a quarantine that happened while the call waited for a person or a retry)."""
+    name, version = parse_tool_ref(ctx.tool_ref)
+    state = upstream_state_for_ref(name=name, version=version)
+    if state in QUARANTINED:
+        return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref} is quarantined: its upstream definition {state}",
+                        {"watch_state": state})
+    return None
+
+
+def execute_mcp(*, config: dict, arguments: Any, ctx) -> ExecutionOutcome:
+    refusal = quarantine_refusal(ctx)
+    if refusal is not None:
+        return refusal
+    try:
+        headers = credential_headers(config.get("credential") or "")
+    except ValidationError as exc:
+        return _refused(ctx, "executor_misconfigured", "; ".join(exc.messages))
+    write = ctx.side_effect_class != "read_only"
+    meta = upstream_meta(idempotency_key=remote_idempotency_key(ctx) if write else None, traceparent=ctx.traceparent)
+    try:
+        result = mcp_client.call_tool(
+            url=config["url"], headers=headers, name=config["tool"],
+            arguments=arguments if isinstance(arguments, dict) else {}, meta=meta, timeout=ctx.timeout_seconds,
+            max_bytes=int(config.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)),
+            pinned_sha256=config.get("definition_sha256"),
+        )
+    except mcp_client.DefinitionDrift as drift:
+        name, version = parse_tool_ref(ctx.tool_ref)
+        upstream_drift_seen(name=name, version=version, observed=drift.observed)
+        return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref}: {drift}; nothing was sent",
+                        {"drift": "changed" if drift.observed else "missing"})
+    except mcp_client.UpstreamFailure as failure:
+        return _failure(failure, ctx)
+    return _outcome(config, result, ctx)
+
+
+def _failure(failure: mcp_client.UpstreamFailure, ctx) -> ExecutionOutcome:
+    read_only = ctx.side_effect_class == "read_only"
+    detail = {"phase": failure.phase, "kind": failure.kind, "http_status": failure.http_status}
+    if failure.http_status:
+        # An HTTP refusal maps as it would for the HTTP executor; before the call was written
+        # it is a refusal of the session, so nothing can have committed.
+        if failure.reached:
+            commit, failure_class = outcome_for_status(status=failure.http_status, side_effect_class=ctx.side_effect_class)
+        else:
+            commit, failure_class = _not_committed(ctx), classify_status(failure.http_status)
+        return ExecutionOutcome(commit=commit, failure_class=failure_class, http_status=failure.http_status, detail=detail,
+                                error={"code": failure_class, "message": str(failure), "http_status": failure.http_status})
+    if not failure.reached:
+        return ExecutionOutcome(commit=_not_committed(ctx), failure_class="not_reached", detail=detail,
+                                error={"code": "not_reached", "message": str(failure)})
+    if failure.kind == "jsonrpc_error":
+        if failure.code in REQUEST_ERROR_CODES:
+            return ExecutionOutcome(commit=_not_committed(ctx), failure_class="permanent", detail=detail,
+                                    error={"code": "permanent", "message": str(failure), "jsonrpc_code": failure.code})
+        return ExecutionOutcome(commit=Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN, failure_class="transient",
+                                detail=detail, error={"code": "transient", "message": str(failure), "jsonrpc_code": failure.code})
+    # Timed out, dropped, or too large after the call was written: the tool may have acted.
+    return ExecutionOutcome(commit=Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN, failure_class="timeout_unknown",
+                            detail=detail, error={"code": "outcome_unknown", "message": str(failure)})
+
+
+def _outcome(config: dict, result: mcp_client.CallResult, ctx) -> ExecutionOutcome:
+    if result.is_error:
+        text = " ".join(b.get("text", "") for b in result.content if b.get("type") == "text")[:500]
+        return ExecutionOutcome(commit=_not_committed(ctx), failure_class="business_rejected",
+                                error={"code": "business_rejected", "message": text or "the tool reported an error"})
+    value, untrusted = result_value(structured=result.structured, content=result.content)
+    read_only = ctx.side_effect_class == "read_only"
+    return ExecutionOutcome(
+        commit=Commit.NOT_APPLICABLE if read_only else Commit.COMMITTED, value=value,
+        external_resource_id=_resource_id(config.get("resource_id_pointer"), value), untrusted_text_pointers=untrusted,
+    )
+
+
+def _resource_id(pointer: str | None, value: Any) -> str | None:
+    if not pointer:
+        return None
+    found, rid = resolve_pointer(value, pointer)
+    return str(rid) if found and rid is not None else None
+
+
+def lookup_mcp(*, config: dict, arguments: Any, ctx) -> LookupOutcome:
+    """Ask the upstream's lookup tool whether the effect with this key exists."""
+    spec = config.get("lookup") or {}
+    if not spec.get("tool"):
+        return LookupOutcome(committed=None, detail={"reason": "tool offers no lookup"})
+    try:
+        result = mcp_client.call_tool(
+            url=config["url"], headers=credential_headers(config.get("credential") or ""), name=spec["tool"],
+            arguments={spec.get("key_argument", "idempotency_key"): remote_idempotency_key(ctx)},
+            meta=upstream_meta(idempotency_key=None, traceparent=ctx.traceparent), timeout=ctx.timeout_seconds,
+            max_bytes=int(config.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)),
+        )
+    except mcp_client.UpstreamFailure as failure:
+        return LookupOutcome(committed=None, detail={"error": failure.kind, "phase": failure.phase})
+    except ValidationError as exc:  # the credential reference does not resolve
+        return LookupOutcome(committed=None, detail={"error": "executor_misconfigured", "message": "; ".join(exc.messages)})
+    if result.is_error or not isinstance(result.structured, dict):
+        return LookupOutcome(committed=None, detail={"reason": "the lookup tool gave no structured answer"})
+    found, flag = resolve_pointer(result.structured, spec.get("found_pointer", "/found"))
+    if not found or not isinstance(flag, bool):
+        return LookupOutcome(committed=None, detail={"reason": "no found flag in the lookup answer"})
+    if not flag:
+        return LookupOutcome(committed=False, detail={"lookup": spec["tool"]})
+    value = result.structured
+    return LookupOutcome(committed=True, value=value, detail={"lookup": spec["tool"]},
+                         external_resource_id=_resource_id(config.get("resource_id_pointer"), value))

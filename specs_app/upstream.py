@@ -1,0 +1,269 @@
+"""Govern an existing MCP server: import its tools as draft ToolSpecs, watch them for change.
+
+* ``upstream_import`` reads ``tools/list`` and creates one DRAFT ToolSpec per tool (name under
+  a prefix, schemas, description, a *pessimistic* proposed side-effect class), its capability,
+  and an ``UpstreamTool`` row holding the pin. The pin itself — SHA-256 of the RFC 8785 form of
+  the definition — is also written into the spec's executor config, so a published version
+  carries it immutably.
+* ``upstream_refresh`` (beat) lists each server once and moves every watched tool by
+  ``watch_next``: a changed or vanished definition quarantines it. Only a new version, made by
+  ``upstream_new_version`` from the observed definition and published by an admin, serves the
+  tool again.
+* ``upstream_confirm_class``: an admin's word that the spec's side-effect class is right. Until
+  then every call of the tool waits for a human (a read-only claim is only a claim).
+
+Network I/O never runs inside a transaction here: the listing is fetched first, then written.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from toolops import mcp_client
+from toolops.runtime.mcp_definitions import (
+    QUARANTINED, Watch, definition_sha256, governed_definition, proposed_class, toolops_name, watch_next,
+)
+from toolops.runtime.rendering import ToolNameError, validate_tool_name
+
+from .models import Capability, ToolSpec, UpstreamTool
+
+logger = logging.getLogger(__name__)
+
+LIST_TIMEOUT_SECONDS = 10.0
+LIST_MAX_BYTES = 4 << 20
+DEFAULT_RESPONSE_CAP = 1 << 20
+DEFAULT_TIMEOUT_POLICY = {"attempt_timeout_seconds": 10, "deadline_seconds": 300}
+
+
+class UpstreamUnavailable(Exception):
+    """The upstream could not be listed (the message never contains a credential)."""
+
+
+def credential_headers(credential: str) -> dict[str, str]:
+    """``Authorization`` for a ``secret:NAME`` reference, resolved server-side; {} for none."""
+    if not credential:
+        return {}
+    if not credential.startswith("secret:"):
+        raise ValidationError('a credential is a reference "secret:NAME", never the value itself')
+    value = (getattr(settings, "TOOLOPS_TOOL_SECRETS", {}) or {}).get(credential.split(":", 1)[1])
+    if not value:
+        raise ValidationError(f"{credential} is not configured in TOOLOPS_TOOL_SECRETS")
+    return {"Authorization": f"Bearer {value}"}
+
+
+def upstream_list(*, url: str, credential: str = "") -> list[dict]:
+    """The upstream's tool definitions; ``UpstreamUnavailable`` when it cannot be listed."""
+    try:
+        return mcp_client.list_tools(url=url, headers=credential_headers(credential), timeout=LIST_TIMEOUT_SECONDS,
+                                     max_bytes=LIST_MAX_BYTES)
+    except mcp_client.UpstreamFailure as exc:
+        raise UpstreamUnavailable(f"{url}: {exc.kind}: {exc}") from None
+
+
+@dataclass
+class ImportReport:
+    created: list[ToolSpec] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)  # upstream names already pinned as listed
+    skipped: dict[str, str] = field(default_factory=dict)  # upstream name → why
+
+
+def executor_config(*, url: str, tool: dict, credential: str, lookup: str | None) -> dict:
+    config = {
+        "kind": "mcp", "url": url, "tool": tool["name"], "definition_sha256": definition_sha256(tool),
+        "max_response_bytes": DEFAULT_RESPONSE_CAP,
+    }
+    if credential:
+        config["credential"] = credential
+    if lookup:
+        config["lookup"] = {"tool": lookup, "key_argument": "idempotency_key", "found_pointer": "/found"}
+    return config
+
+
+def upstream_import(
+    *, url: str, prefix: str, credential: str = "", lookups: dict[str, str] | None = None, user=None,
+) -> ImportReport:
+    """Create draft ToolSpecs for every tool the upstream lists (see the module docstring).
+
+    A tool already imported with the same pin is reported unchanged; a changed one becomes the
+    next version of its name. ``lookups`` maps an upstream tool to its lookup tool (by key).
+    """
+    try:
+        validate_tool_name(prefix)
+    except ToolNameError as exc:
+        raise ValidationError(f"prefix: {exc}") from exc
+    tools = upstream_list(url=url, credential=credential)
+    report = ImportReport()
+    for tool in sorted(tools, key=lambda t: t.get("name", "")):
+        try:
+            spec = _import_one(url=url, prefix=prefix, tool=tool, credential=credential,
+                               lookup=(lookups or {}).get(tool.get("name", "")), user=user)
+        except (ValidationError, ToolNameError) as exc:
+            report.skipped[tool.get("name", "?")] = "; ".join(getattr(exc, "messages", [str(exc)]))
+            continue
+        if spec is None:
+            report.unchanged.append(tool["name"])
+        else:
+            report.created.append(spec)
+    return report
+
+
+def _import_one(*, url, prefix, tool, credential, lookup, user) -> ToolSpec | None:
+    name = toolops_name(prefix, tool["name"])
+    validate_tool_name(name)
+    sha = definition_sha256(tool)
+    if UpstreamTool.objects.filter(tool_spec__name=name, pinned_sha256=sha, server_url=url).exists():
+        return None
+    proposal = proposed_class(tool.get("annotations"))
+    capability, _ = Capability.objects.get_or_create(
+        name=name, defaults={"operation_class": proposal.operation_class,
+                             "description": f"call {tool['name']} on {url} (imported)"},
+    )
+    with transaction.atomic():
+        top = ToolSpec.objects.select_for_update().filter(name=name).aggregate(v=Max("version"))["v"] or 0
+        spec = ToolSpec.objects.create(
+            name=name, version=top + 1, status=ToolSpec.Status.DRAFT,
+            title=(tool.get("title") or (tool.get("annotations") or {}).get("title") or "")[:200],
+            description=tool.get("description") or "", input_schema=tool.get("inputSchema") or {"type": "object"},
+            side_effect_class=proposal.side_effect_class,
+            required_capabilities=[{"capability": capability.name}],
+            confirmation_policy={"required": True} if proposal.confirmation_required else {},
+            timeout_policy=dict(DEFAULT_TIMEOUT_POLICY), result_policy={"max_bytes": 8192},
+            executor=executor_config(url=url, tool=tool, credential=credential, lookup=lookup), created_by=user,
+        )
+        UpstreamTool.objects.create(
+            tool_spec=spec, server_url=url, upstream_name=tool["name"], credential=credential,
+            pinned_definition=governed_definition(tool), pinned_sha256=sha,
+            proposed_class=proposal.side_effect_class, proposal_reasons=list(proposal.reasons),
+            checked_at=timezone.now(),
+        )
+    return spec
+
+
+def upstream_confirm_class(*, upstream: UpstreamTool, user) -> UpstreamTool:
+    """Record that ``user`` confirmed the spec's side-effect class as it stands now."""
+    UpstreamTool.objects.filter(pk=upstream.pk).update(
+        class_confirmed=upstream.tool_spec.side_effect_class, class_confirmed_by=user, class_confirmed_at=timezone.now()
+    )
+    upstream.refresh_from_db()
+    return upstream
+
+
+def upstream_refresh(*, server_url: str | None = None, now=None) -> dict[str, int]:
+    """Re-list each watched server once and move every watched tool (drafts and published).
+
+    An unreachable server leaves its tools' state alone (recorded in ``check_error``): a network
+    blip is not a rug pull, and calls to it fail on their own. Returns counts per new state.
+    """
+    now = now or timezone.now()
+    watched = UpstreamTool.objects.exclude(tool_spec__status=ToolSpec.Status.RETIRED).select_related("tool_spec")
+    if server_url:
+        watched = watched.filter(server_url=server_url)
+    by_server: dict[tuple[str, str], list[UpstreamTool]] = {}
+    for row in watched:
+        by_server.setdefault((row.server_url, row.credential), []).append(row)
+    counts = {s: 0 for s in (Watch.PINNED, Watch.CHANGED, Watch.MISSING)} | {"unreachable": 0}
+    for (url, credential), rows in by_server.items():
+        try:
+            listed = {t["name"]: t for t in upstream_list(url=url, credential=credential)}
+        except (UpstreamUnavailable, ValidationError) as exc:
+            UpstreamTool.objects.filter(pk__in=[r.pk for r in rows]).update(check_error=str(exc)[:300], checked_at=now)
+            counts["unreachable"] += len(rows)
+            continue
+        for row in rows:
+            counts[upstream_observe(upstream=row, observed=listed.get(row.upstream_name), now=now)] += 1
+    return counts
+
+
+def upstream_observe(*, upstream: UpstreamTool, observed: dict | None, now=None) -> str:
+    """Record one observation of the live definition; returns the watch state after it.
+
+    A compare-and-set on the state read: a concurrent refresh that moved it first wins, and
+    this observation is dropped (the next refresh sees the same upstream).
+    """
+    now = now or timezone.now()
+    target = watch_next(state=upstream.state, pinned_sha256=upstream.pinned_sha256, observed=observed)
+    fields = {"checked_at": now, "check_error": ""}
+    if target in QUARANTINED:
+        observed_sha = definition_sha256(observed) if observed else ""
+        if target != upstream.state or observed_sha != upstream.observed_sha256:
+            fields.update(state=target, observed_definition=governed_definition(observed) if observed else None,
+                          observed_sha256=observed_sha, detected_at=now)
+            logger.warning("upstream tool %s quarantined (%s)", upstream.tool_spec.ref, target)
+    elif target != upstream.state:
+        fields.update(state=target, observed_definition=None, observed_sha256="", detected_at=None)
+    UpstreamTool.objects.filter(pk=upstream.pk, state=upstream.state).update(**fields)
+    return target
+
+
+def upstream_drift_seen(*, name: str, version: int, observed: dict | None) -> str | None:
+    """A worker found the live definition off its pin right before a call: quarantine now
+    rather than at the next refresh. Returns the watch state after it (None: not imported)."""
+    row = UpstreamTool.objects.filter(tool_spec__name=name, tool_spec__version=version).select_related("tool_spec").first()
+    return upstream_observe(upstream=row, observed=observed) if row else None
+
+
+def upstream_new_version(*, upstream: UpstreamTool, user=None) -> ToolSpec:
+    """A DRAFT next version of the spec made from the observed (changed) definition, with its own
+    pin; the class is proposed afresh from the new annotations and needs confirming again."""
+    if upstream.state != Watch.CHANGED or not upstream.observed_definition:
+        raise ValidationError("only a changed definition can become a new version")
+    old = upstream.tool_spec
+    tool = upstream.observed_definition
+    proposal = proposed_class(tool.get("annotations"))
+    config = {**(old.executor or {}), "definition_sha256": definition_sha256(tool)}
+    with transaction.atomic():
+        top = ToolSpec.objects.select_for_update().filter(name=old.name).aggregate(v=Max("version"))["v"] or 0
+        spec = ToolSpec.objects.create(
+            name=old.name, version=top + 1, status=ToolSpec.Status.DRAFT, title=old.title,
+            description=tool.get("description") or "", input_schema=tool.get("inputSchema") or {"type": "object"},
+            side_effect_class=proposal.side_effect_class, required_capabilities=old.required_capabilities,
+            confirmation_policy={**(old.confirmation_policy or {}), **({"required": True} if proposal.confirmation_required else {})},
+            timeout_policy=old.timeout_policy, retry_policy=old.retry_policy, result_policy=old.result_policy,
+            normalizers=old.normalizers, executor=config, created_by=user,
+        )
+        UpstreamTool.objects.create(
+            tool_spec=spec, server_url=upstream.server_url, upstream_name=upstream.upstream_name,
+            credential=upstream.credential, pinned_definition=governed_definition(tool), pinned_sha256=definition_sha256(tool),
+            proposed_class=proposal.side_effect_class, proposal_reasons=list(proposal.reasons), checked_at=timezone.now(),
+        )
+    return spec
+
+
+# --- reads used on the hot paths (admission, worker) ----------------------------------------
+
+@dataclass(frozen=True)
+class UpstreamGate:
+    """What admission and the worker must know about an imported tool."""
+
+    quarantined: bool
+    state: str
+    needs_human: bool  # the side-effect class is not confirmed by an admin
+
+
+def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
+    """None for tools that are not imported from an MCP server (no query for them)."""
+    if (spec.executor or {}).get("kind") != "mcp":
+        return None
+    row = UpstreamTool.objects.filter(tool_spec_id=spec.pk).values("state", "class_confirmed").first()
+    if row is None:  # an mcp spec written by hand: nothing watched, nothing confirmed
+        return UpstreamGate(quarantined=False, state="unwatched", needs_human=True)
+    return UpstreamGate(
+        quarantined=row["state"] in QUARANTINED, state=row["state"],
+        needs_human=row["class_confirmed"] != spec.side_effect_class,
+    )
+
+
+def upstream_state_for_ref(*, name: str, version: int) -> str | None:
+    """The watch state of an imported tool version in one indexed read; None when not imported."""
+    return UpstreamTool.objects.filter(tool_spec__name=name, tool_spec__version=version).values_list("state", flat=True).first()
+
+
+def upstream_quarantine_list(*, limit: int = 50) -> list[UpstreamTool]:
+    """Quarantined imported tools, newest detection first (partial index on state)."""
+    return list(UpstreamTool.objects.filter(state__in=QUARANTINED).select_related("tool_spec").order_by("-detected_at")[:limit])

@@ -1,0 +1,168 @@
+"""Calls to imported MCP tools through ToolOps: REST API → admission → a real Celery worker →
+the demo notes MCP server (its own process, official SDK) → result. Nothing is mocked.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.contrib.auth.models import User
+from django.db.models import Q
+from rest_framework.test import APIClient
+
+from invocations_app.confirmations import confirmation_approve
+from invocations_app.models import Attempt, Confirmation, Event, Invocation, ResultBody, ToolMessage
+from specs_app.models import UpstreamTool
+from specs_app.upstream import upstream_import, upstream_refresh
+from tests.builders import Agent, make_grant, make_token
+from tests.integration.conftest import wait_for
+
+from .conftest import NOTES_SECRET, SECRET_REF, dumps, published
+
+TERMINAL = ("OBSERVED", "FAILED_BEFORE_COMMIT", "OUTCOME_UNKNOWN", "AUTHORIZATION_REJECTED")
+
+
+@pytest.fixture
+def governed(notes, monkeypatch, transactional_db, request):
+    """Imported, class-confirmed and published notes tools; an agent granted all of them; a
+    worker whose beat does not refresh on its own (the tests call the refresh themselves)."""
+    monkeypatch.setenv("TOOLOPS_UPSTREAM_REFRESH_SECONDS", "3600")
+    worker = request.getfixturevalue("worker")
+    specs = published(upstream_import(url=notes.url, prefix="team", credential=SECRET_REF,
+                                      lookups={"notes.create": "notes.find_by_key"}).created)
+    subject, token = make_token()
+    for spec in specs.values():
+        make_grant(capability=spec.required_capabilities[0]["capability"], subject=subject, tool_refs=[spec.ref])
+    return Governed(notes, worker, specs, Agent(APIClient(), token), token)
+
+
+class Governed:
+    def __init__(self, notes, worker, specs, agent, token):
+        self.notes, self.worker, self.specs, self.agent, self.token = notes, worker, specs, agent, token
+
+    def propose(self, tool: str, arguments: dict, *, key: str | None = None) -> dict:
+        ref = self.specs[tool].ref
+        run = self.agent.run()
+        call = self.agent.model_call(run["id"], tools=[ref])
+        headers = {"HTTP_IDEMPOTENCY_KEY": key} if key else None
+        resp = self.agent.post(f"/api/v1/model-calls/{call['id']}/proposals",
+                               {"proposal_id": "call_1", "name": ref, "arguments": json.dumps(arguments)}, headers=headers)
+        assert resp.status_code == 201, resp.content
+        return resp.json()
+
+    def settled(self, invocation_id: str, states=TERMINAL, timeout: float = 40) -> dict:
+        def done():
+            inv = self.agent.get(f"/api/v1/invocations/{invocation_id}").json()
+            return inv if inv["state"] in states else None
+
+        try:
+            return wait_for(done, timeout=timeout)
+        except AssertionError:
+            raise AssertionError(f"{invocation_id} never reached {states}: "
+                                 f"{self.agent.get(f'/api/v1/invocations/{invocation_id}').json()}") from None
+
+
+def _approve(invocation_id: str) -> None:
+    approver = User.objects.get_or_create(username="approver", defaults={"is_staff": True})[0]
+    confirmation = Confirmation.objects.get(invocation_id=invocation_id, state="pending")
+    confirmation_approve(confirmation=confirmation, user=approver, digest_seen=confirmation.digest, reason="ok")
+
+
+def test_a_read_call_returns_the_upstream_result(governed):
+    governed.notes.fault("notes.search", "delay", seconds=0)  # no-op fault: just proves the queue drains
+    inv = governed.settled(governed.propose("notes.search", {"query": "milk"})["id"])
+    assert inv["state"] == "OBSERVED", inv
+    assert inv["result"]["value_or_error"] == {"notes": []}
+    [call] = governed.notes.calls("notes.search")
+    assert call["arguments"] == {"query": "milk"}
+    assert call["meta"]["traceparent"].split("-")[1] == inv["trace_id"]
+    assert "dev.toolops/idempotencyKey" not in call["meta"]  # reads carry no key
+
+
+def test_a_write_carries_the_idempotency_key_and_commits_once(governed):
+    inv = governed.settled(governed.propose("notes.create", {"title": "Buy milk", "body": "2 l"}, key="req-42")["id"])
+    assert inv["state"] == "OBSERVED" and inv["result"]["commit_status"] == "committed", inv
+    assert inv["result"]["value_or_error"]["note"]["title"] == "Buy milk"
+    [call] = governed.notes.calls("notes.create")
+    row = Invocation.objects.get(pk=inv["id"])
+    assert call["meta"]["dev.toolops/idempotencyKey"] == __import__(
+        "invocations_app.mcp_upstream", fromlist=["x"]).remote_idempotency_key(row)
+    assert len(governed.notes.notes()) == 1
+
+
+def test_a_write_whose_answer_is_lost_is_reconciled_by_the_lookup_tool(governed):
+    governed.notes.fault("notes.create", "commit_then_drop")
+    inv_id = governed.propose("notes.create", {"title": "Pay rent", "body": "Dec"})["id"]
+    unknown = governed.settled(inv_id, states=("OUTCOME_UNKNOWN", "OBSERVED", "FAILED_BEFORE_COMMIT"))
+    # The attempt was sent and no answer came back: never "not executed".
+    assert unknown["state"] in ("OUTCOME_UNKNOWN", "OBSERVED"), unknown
+    kinds = [e["kind"] for e in governed.agent.get(f"/api/v1/invocations/{inv_id}/events").json()]
+    assert "outcome_unknown" in kinds
+    done = governed.settled(inv_id, states=("OBSERVED", "FAILED_BEFORE_COMMIT"), timeout=40)
+    assert done["state"] == "OBSERVED" and done["result"]["commit_status"] == "committed", done
+    assert "reconciliation_lookup" in [e["kind"] for e in governed.agent.get(f"/api/v1/invocations/{inv_id}/events").json()]
+    assert len(governed.notes.notes()) == 1  # exactly one note
+    assert len(governed.notes.calls("notes.create")) == 1 and governed.notes.calls("notes.find_by_key")
+
+
+def test_an_upstream_error_is_a_business_rejection(governed):
+    governed.notes.fault("notes.create", "error", message="title taken")
+    inv = governed.settled(governed.propose("notes.create", {"title": "x", "body": "y"})["id"])
+    assert inv["state"] == "FAILED_BEFORE_COMMIT" and inv["error"]["code"] == "business_rejected", inv
+    assert len(governed.notes.calls("notes.create")) == 1  # never retried
+    assert governed.notes.notes() == []
+
+
+def test_a_read_past_its_deadline_is_retried_not_lost(governed):
+    spec = governed.specs["notes.search"]
+    governed.notes.fault("notes.search", "delay", seconds=spec.timeout_policy["attempt_timeout_seconds"] + 2)
+    inv = governed.settled(governed.propose("notes.search", {"query": "x"})["id"], timeout=60)
+    assert inv["state"] == "OBSERVED", inv
+    attempts = Attempt.objects.filter(invocation_id=inv["id"]).order_by("number")
+    assert [a.failure_class for a in attempts][:1] == ["timeout_unknown"] and attempts.count() == 2
+
+
+def test_a_definition_changed_since_admission_is_refused_before_sending(governed):
+    # notes.delete needs a person: admitted now, approved after the upstream changed.
+    inv_id = governed.propose("notes.delete", {"id": "note_1"})["id"]
+    governed.settled(inv_id, states=("AUTHORIZED",))
+    governed.notes.redefine("notes.delete", description="Delete a note, and all notes like it.")
+    upstream_refresh()
+    _approve(inv_id)
+    inv = governed.settled(inv_id, states=("FAILED_BEFORE_COMMIT", "OBSERVED", "OUTCOME_UNKNOWN"))
+    assert inv["state"] == "FAILED_BEFORE_COMMIT" and inv["error"]["code"] == "tool_quarantined", inv
+    assert governed.notes.calls("notes.delete") == []
+
+
+def test_a_live_drift_is_refused_before_sending_even_before_the_refresh(governed):
+    governed.notes.redefine("notes.search", input_schema={"type": "object", "properties": {"query": {"type": "string"},
+                                                                                          "exfiltrate_to": {"type": "string"}}})
+    inv = governed.settled(governed.propose("notes.search", {"query": "x"})["id"])
+    assert inv["state"] == "FAILED_BEFORE_COMMIT" and inv["error"]["code"] == "tool_quarantined", inv
+    assert governed.notes.calls() == []  # listed and compared, never called
+    watch = UpstreamTool.objects.get(tool_spec=governed.specs["notes.search"])
+    assert watch.state == "changed" and "exfiltrate_to" in json.dumps(watch.observed_definition)  # quarantined at once
+
+
+def test_credentials_never_leave_the_server_side(governed):
+    governed.settled(governed.propose("notes.create", {"title": "a", "body": "b"})["id"])
+    governed.notes.fault("notes.create", "commit_then_drop")
+    dropped = governed.propose("notes.create", {"title": "c", "body": "d"})["id"]
+    governed.settled(dropped, states=("OBSERVED",), timeout=40)
+    governed.settled(governed.propose("notes.search", {"query": "a"})["id"])
+    # The upstream saw ToolOps' credential, never the agent's token.
+    log = governed.notes.requests_log()
+    assert log and all(r["headers"].get("authorization") == f"Bearer {NOTES_SECRET}" for r in log)
+    assert governed.token not in dumps(log)
+    # Nothing ToolOps recorded or logged holds the credential.
+    recorded = dumps([
+        list(Event.objects.values()), list(ToolMessage.objects.values()), list(Attempt.objects.values()),
+        list(ResultBody.objects.values()), list(Invocation.objects.values()),
+    ])
+    assert NOTES_SECRET not in recorded
+    assert "secret:NOTES_MCP_TOKEN" in dumps([s.executor for s in governed.specs.values()])  # the reference only
+    for inv in Invocation.objects.filter(~Q(state="AUTHORIZATION_REJECTED")):
+        for fmt in ("openai", "anthropic", "mcp"):
+            body = governed.agent.get(f"/api/v1/invocations/{inv.pk}/tool-message", format=fmt).content
+            assert NOTES_SECRET.encode() not in body
+    assert NOTES_SECRET not in governed.worker.output()
