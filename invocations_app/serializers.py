@@ -6,7 +6,6 @@ import binascii
 import json
 import math
 import re
-import zoneinfo
 
 from django.conf import settings
 from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
@@ -16,6 +15,7 @@ from rest_framework import serializers
 
 from toolops.errors import ApplicationError
 from toolops.runtime.rendering import FORMATS
+from toolops.runtime.zones import iana_zone_names, is_iana_zone
 
 from .models import Event, Invocation, Run
 
@@ -88,12 +88,7 @@ class BudgetDecimalField(serializers.DecimalField):
         return super().to_internal_value(data)
 
 
-# IANA zone names; "localtime" and "posixrules" are files of the host's zone folder, not zones
-# (a run's normalization would then depend on the machine).
-IANA_ZONE_NAMES = frozenset(zoneinfo.available_timezones()) - {"localtime", "posixrules"}
-
-
-@extend_schema_field({"type": "string", "enum": sorted(IANA_ZONE_NAMES),
+@extend_schema_field({"type": "string", "enum": sorted(iana_zone_names()),
                       "description": "an IANA zone name, e.g. Europe/Paris"})
 class TimezoneField(StrictCharField):
     pass
@@ -162,7 +157,7 @@ class RunIn(serializers.Serializer):
     def validate_timezone(self, value):
         # Checked against the zone list, not by loading it: ZoneInfo("America") raises
         # IsADirectoryError and an over-long name OSError, which are not "unknown zone".
-        if value not in IANA_ZONE_NAMES:
+        if not is_iana_zone(value):
             raise ApplicationError(f"unknown IANA timezone {_printable(value)!r}", code="invalid_timezone")
         return value
 

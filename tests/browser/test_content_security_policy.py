@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
 from invocations_app.models import Confirmation
-from tests.browser.conftest import CALENDAR_ARGS, make_calendar_spec, make_staff, propose
+from tests.builders import CALENDAR_ARGS, admit_proposal, make_demo_spec, make_staff
 from tests.builders import make_grant, make_subject, make_tenant
 
 pytestmark = pytest.mark.browser
@@ -25,10 +25,10 @@ document.addEventListener("securitypolicyviolation",
 
 @pytest.fixture
 def pending() -> Confirmation:
-    calendar = make_calendar_spec()
+    calendar = make_demo_spec(name="calendar.create_event")
     subject = make_subject(tenant=make_tenant(slug="acme"), name="planner")
     make_grant(subject=subject, capability="calendar.write", operation_class="create", scope_kind="exact", scope_values=["primary"])
-    invocation = propose(subject, calendar, CALENDAR_ARGS)
+    invocation = admit_proposal(subject=subject, spec=calendar, arguments=CALENDAR_ARGS)
     return Confirmation.objects.get(invocation=invocation, state="pending")
 
 
@@ -51,7 +51,7 @@ def test_no_console_page_violates_the_content_security_policy(page, live_server,
 
     page.goto(f"{live_server.url}/login/")
     assert "script-src 'self'" in page.context.request.get(f"{live_server.url}/login/").headers["content-security-policy"]
-    admin_user = make_staff("root", superuser=True)
+    admin_user = make_staff(username="root", superuser=True)
     login(admin_user)
     visited = {}
     for path in _console_pages(pending):
