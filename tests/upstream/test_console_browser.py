@@ -8,13 +8,14 @@ from django.core.cache import cache
 
 from specs_app.models import ToolSpec, UpstreamTool
 from specs_app.upstream import upstream_refresh
-from tests.browser.conftest import browser, login, make_staff, page  # noqa: F401 - fixtures used here
+from tests.browser.conftest import browser, login, page  # noqa: F401 - fixtures used here
+from tests.builders import make_staff
 
 from .conftest import SECRET_REF
 
 
 def test_an_admin_governs_an_mcp_server_in_the_browser(notes, login, live_server):
-    page = login(make_staff("catalog-admin", superuser=True))
+    page = login(make_staff(username="catalog-admin", superuser=True))
     page.goto(f"{live_server.url}/specs_app/upstreamtool/")
     page.click("[data-testid=upstream-import-link]")
     page.fill("#id_url", notes.url)
