@@ -46,7 +46,9 @@ def remote_idempotency_key(ctx) -> str:
     """The key the upstream sees for this attempt: the tenant-scoped derivation of SPEC §8
     (``remote_key``, recorded on the attempt), never the runtime's raw key — remote key spaces
     are shared, tenants are not."""
-    return ctx.remote_key or ctx.idempotency_key
+    if not ctx.remote_key:
+        raise ValueError("an MCP attempt needs its derived remote key (never the raw key)")
+    return ctx.remote_key
 
 
 def secret_values(config: dict) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from tests.conftest import REPO_ROOT
-from tests.integration.conftest import demo_services, worker, worker_env  # noqa: F401 - fixtures used here
+from tests.integration.conftest import demo_services, module_worker, worker, worker_env  # noqa: F401 - fixtures used here
 
 # The credential ToolOps presents to the upstream; the upstream refuses requests without it.
 NOTES_SECRET = "notes-cred-" + secrets.token_hex(12)

@@ -15,7 +15,7 @@ from invocations_app.models import Attempt, Confirmation, Event, Invocation, Res
 from specs_app.models import UpstreamTool
 from specs_app.upstream import upstream_import, upstream_refresh
 from tests.builders import Agent, make_grant, make_token
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import remote_key_of, wait_for
 
 from .conftest import NOTES_SECRET, SECRET_REF, dumps, published
 
@@ -84,9 +84,8 @@ def test_a_write_carries_the_idempotency_key_and_commits_once(governed):
     assert inv["state"] == "OBSERVED" and inv["result"]["commit_status"] == "committed", inv
     assert inv["result"]["value_or_error"]["note"]["title"] == "Buy milk"
     [call] = governed.notes.calls("notes.create")
-    row = Invocation.objects.get(pk=inv["id"])
-    assert call["meta"]["dev.toolops/idempotencyKey"] == __import__(
-        "invocations_app.mcp_upstream", fromlist=["x"]).remote_idempotency_key(row)
+    # The upstream sees the tenant-derived key recorded on the attempt, never the raw "req-42".
+    assert call["meta"]["dev.toolops/idempotencyKey"] == remote_key_of(inv["id"])
     assert len(governed.notes.notes()) == 1
 
 
