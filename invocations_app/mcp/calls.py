@@ -165,6 +165,8 @@ def mcp_call_answer(*, subject: Subject, invocation_id) -> dict | None:
     invocation = selectors.invocation_get(subject=subject, invocation_id=invocation_id)
     if invocation.state in TERMINAL:
         return json.loads(tool_message(invocation=invocation, fmt="mcp"))
+    if invocation.state == State.OUTCOME_UNKNOWN:
+        return _in_progress_result(invocation)  # being reconciled: the model must not retry
     if invocation.state == State.AUTHORIZED:
         pending = next((c for c in invocation.confirmations.all() if c.state == Confirmation.Status.PENDING), None)
         if pending is not None:
@@ -172,9 +174,24 @@ def mcp_call_answer(*, subject: Subject, invocation_id) -> dict | None:
     return None
 
 
+# States worth a full answer when polled: final, outcome unknown, or possibly awaiting a person.
+_ANSWERABLE = frozenset({*TERMINAL, State.OUTCOME_UNKNOWN, State.AUTHORIZED})
+
+
+def mcp_call_poll(*, subject: Subject, invocation_id) -> dict | None:
+    """``mcp_call_answer`` behind a one-column state read: the wait loop runs this every few ms."""
+    state = Invocation.objects.filter(pk=invocation_id, subject=subject).values_list("state", flat=True).first()
+    if state is None or state not in _ANSWERABLE:
+        return None
+    return mcp_call_answer(subject=subject, invocation_id=invocation_id)
+
+
 def mcp_call_still_running(*, subject: Subject, invocation_id) -> dict:
     """The answer when waiting ran out (or the outcome is being reconciled): where it stands."""
-    invocation = selectors.invocation_get(subject=subject, invocation_id=invocation_id)
+    return _in_progress_result(selectors.invocation_get(subject=subject, invocation_id=invocation_id))
+
+
+def _in_progress_result(invocation: Invocation) -> dict:
     status = "outcome_unknown" if invocation.state == State.OUTCOME_UNKNOWN else "working"
     text = (
         f"The call (invocation {invocation.pk}) is {invocation.state}: "

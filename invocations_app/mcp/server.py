@@ -31,15 +31,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolops.runtime.jsonrpc_raw import RawJSONError, member_bytes
 
 from .calls import (
-    STATUS_TOOL, McpRequest, mcp_call_answer, mcp_call_still_running, mcp_status, mcp_tool_call, mcp_tools_list,
+    STATUS_TOOL, McpRequest, mcp_call_poll, mcp_call_still_running, mcp_status, mcp_tool_call, mcp_tools_list,
 )
 from .db import in_db_thread, install_db_executor
 from .identity import ApiTokenVerifier, request_subject
 
 RAW_BODY_KEY = "toolops.raw_body"
 SESSION_HEADER = "mcp-session-id"
-# Polling a settling call: start fast (a read-only call takes a few ms), back off to this.
-_POLL_FIRST, _POLL_MAX = 0.002, 0.05
+# Polling a settling call (one indexed one-column read): start fast, as a read-only call
+# settles in a few ms, and back off slowly to this.
+_POLL_FIRST, _POLL_GROWTH, _POLL_MAX = 0.001, 1.2, 0.02
 
 
 class RawBodyCapture:
@@ -109,10 +110,10 @@ async def _wait_for_answer(request: McpRequest, invocation_id) -> dict:
     pause = _POLL_FIRST
     while time.monotonic() < deadline:
         await anyio.sleep(pause)
-        answer = await in_db_thread(mcp_call_answer, subject=request.subject, invocation_id=invocation_id)
+        answer = await in_db_thread(mcp_call_poll, subject=request.subject, invocation_id=invocation_id)
         if answer is not None:
             return answer
-        pause = min(pause * 1.5, _POLL_MAX)
+        pause = min(pause * _POLL_GROWTH, _POLL_MAX)
     return await in_db_thread(mcp_call_still_running, subject=request.subject, invocation_id=invocation_id)
 
 
