@@ -33,7 +33,11 @@ from toolops.runtime.jsonrpc_raw import RawJSONError, member_bytes
 from .calls import (
     STATUS_TOOL, McpRequest, mcp_call_poll, mcp_call_still_running, mcp_status, mcp_tool_call, mcp_tools_list,
 )
+from ..models import Invocation
 from .db import in_db_thread, install_db_executor
+from .elicitation import (
+    client_accepts_url_elicitation, confirmation_elicitation, confirmation_state_redeem, confirmation_state_seal,
+)
 from .identity import ApiTokenVerifier, request_subject
 
 RAW_BODY_KEY = "toolops.raw_body"
@@ -91,30 +95,60 @@ async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: types.Pagin
     return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in tools])
 
 
-async def on_call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
+async def on_call_tool(
+    ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams,
+) -> types.CallToolResult | types.InputRequiredResult:
     request = _request(ctx)
     if params.name == STATUS_TOOL:
         result = await in_db_thread(mcp_status, subject=request.subject, arguments=params.arguments)
         return types.CallToolResult.model_validate(result)
+    if params.request_state is not None:
+        return await _confirmation_retry(request, params)
     outcome = await in_db_thread(mcp_tool_call, request=request, name=params.name, arguments_bytes=_arguments_bytes(ctx, params))
     result = outcome.result
     if result is None:
         result = await _wait_for_answer(request, outcome.wait_for)
+    if _pending(result) and client_accepts_url_elicitation(request.meta):
+        return await in_db_thread(_elicitation_for, request=request, invocation_id=result["structuredContent"]["invocation_id"])
     return types.CallToolResult.model_validate(result)
 
 
-async def _wait_for_answer(request: McpRequest, invocation_id) -> dict:
-    """Poll until the call settles or ``TOOLOPS_MCP_WAIT_SECONDS`` pass. A client that goes away
-    only stops this wait: nothing here cancels the call."""
+async def _confirmation_retry(request: McpRequest, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+    """A URL-mode client's retry: redeem its sealed state, then answer with the decided call, or
+    (still waiting for a person after a while) a fresh state to retry with. A client whose user
+    declined to open the page gets the plain pending answer: the call still waits for a person."""
+    invocation = await in_db_thread(confirmation_state_redeem, state=params.request_state, subject=request.subject)
+    declined = any(getattr(r, "action", "accept") != "accept" for r in (params.input_responses or {}).values())
+    result = await _wait_for_answer(request, invocation.pk, past_confirmation=not declined)
+    if _pending(result) and not declined:
+        state = await in_db_thread(confirmation_state_seal, invocation=invocation, subject=request.subject)
+        return types.InputRequiredResult(request_state=state)
+    return types.CallToolResult.model_validate(result)
+
+
+def _pending(result: dict) -> bool:
+    return (result.get("structuredContent") or {}).get("status") == "pending_confirmation"
+
+
+def _elicitation_for(*, request: McpRequest, invocation_id: str) -> types.InputRequiredResult:
+    invocation = Invocation.objects.prefetch_related("confirmations").get(pk=invocation_id, subject=request.subject)
+    return confirmation_elicitation(invocation=invocation, subject=request.subject)
+
+
+async def _wait_for_answer(request: McpRequest, invocation_id, *, past_confirmation: bool = False) -> dict:
+    """Poll until the call settles (with ``past_confirmation``: until a person has decided too)
+    or ``TOOLOPS_MCP_WAIT_SECONDS`` pass. A client that goes away only stops this wait: nothing
+    here cancels the call."""
     deadline = time.monotonic() + settings.TOOLOPS_MCP_WAIT_SECONDS
     pause = _POLL_FIRST
+    answer = None
     while time.monotonic() < deadline:
         await anyio.sleep(pause)
         answer = await in_db_thread(mcp_call_poll, subject=request.subject, invocation_id=invocation_id)
-        if answer is not None:
+        if answer is not None and not (past_confirmation and _pending(answer)):
             return answer
         pause = min(pause * _POLL_GROWTH, _POLL_MAX)
-    return await in_db_thread(mcp_call_still_running, subject=request.subject, invocation_id=invocation_id)
+    return answer or await in_db_thread(mcp_call_still_running, subject=request.subject, invocation_id=invocation_id)
 
 
 @contextlib.asynccontextmanager
