@@ -39,6 +39,10 @@ from .elicitation import (
     client_accepts_url_elicitation, confirmation_elicitation, confirmation_state_redeem, confirmation_state_seal,
 )
 from .identity import ApiTokenVerifier, request_subject
+from .tasks import EXTENSION as TASKS_EXTENSION
+from .tasks import (
+    TaskIdParams, TaskUpdateParams, client_accepts_tasks, require_tasks_capability, task_cancel, task_created, task_get,
+)
 
 RAW_BODY_KEY = "toolops.raw_body"
 SESSION_HEADER = "mcp-session-id"
@@ -97,7 +101,10 @@ async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: types.Pagin
 
 async def on_call_tool(
     ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams,
-) -> types.CallToolResult | types.InputRequiredResult:
+) -> types.CallToolResult | types.InputRequiredResult | dict:
+    """A call; how a call that waits for a person is answered depends on what the client
+    declared on this request: the tasks extension → a task; URL elicitation → an input-required
+    answer; neither → the plain pending_confirmation result."""
     request = _request(ctx)
     if params.name == STATUS_TOOL:
         result = await in_db_thread(mcp_status, subject=request.subject, arguments=params.arguments)
@@ -108,9 +115,33 @@ async def on_call_tool(
     result = outcome.result
     if result is None:
         result = await _wait_for_answer(request, outcome.wait_for)
+    waiting = (result.get("structuredContent") or {}).get("status") in ("pending_confirmation", "working", "outcome_unknown")
+    if waiting and client_accepts_tasks(request.meta):
+        return await in_db_thread(task_created, subject=request.subject, invocation_id=result["structuredContent"]["invocation_id"])
     if _pending(result) and client_accepts_url_elicitation(request.meta):
         return await in_db_thread(_elicitation_for, request=request, invocation_id=result["structuredContent"]["invocation_id"])
     return types.CallToolResult.model_validate(result)
+
+
+async def on_tasks_get(ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict:
+    request = _request(ctx)
+    require_tasks_capability(request.meta)
+    return await in_db_thread(task_get, subject=request.subject, task_id=params.task_id)
+
+
+async def on_tasks_cancel(ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict:
+    request = _request(ctx)
+    require_tasks_capability(request.meta)
+    return await in_db_thread(task_cancel, subject=request.subject, task_id=params.task_id)
+
+
+async def on_tasks_update(ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict:
+    """Acknowledged: a ToolOps task never asks the client for input (a person decides in the
+    console), so every response is for a key that is not outstanding and is ignored (spec)."""
+    request = _request(ctx)
+    require_tasks_capability(request.meta)
+    await in_db_thread(task_get, subject=request.subject, task_id=params.task_id)  # unknown id → invalid params
+    return {}
 
 
 async def _confirmation_retry(request: McpRequest, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
@@ -158,6 +189,16 @@ async def _lifespan(server: Server[Any]):
 
 
 def build_server() -> Server[Any]:
+    server = _server()
+    # The tasks extension through the SDK's hooks (it ships no implementation): see tasks.py.
+    server.extensions[TASKS_EXTENSION] = {}
+    server.add_request_handler("tasks/get", TaskIdParams, on_tasks_get)
+    server.add_request_handler("tasks/update", TaskUpdateParams, on_tasks_update)
+    server.add_request_handler("tasks/cancel", TaskIdParams, on_tasks_cancel)
+    return server
+
+
+def _server() -> Server[Any]:
     return Server(
         "toolops", version="1", title="ToolOps",
         instructions=(
