@@ -8,6 +8,7 @@ import anyio
 import httpx2
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
 from mcp.shared.exceptions import MCPError
 
 from invocations_app.confirmations import confirmation_approve, confirmation_deny
@@ -246,6 +247,16 @@ def test_it_continues_the_callers_trace_and_records_the_session_and_request(mcp_
     assert invocation.trace_id == trace_id
     assert invocation.proposal.origin["tracestate"] == "vendor=1"
     assert invocation.proposal.origin["session_id"] == invocation.run.mcp_key.removeprefix("session:")
+    # The call's record names them: the API …
+    api = demo_agent.get(f"/api/v1/invocations/{invocation.pk}").json()
+    assert api["proposal"]["origin"]["session_id"] == invocation.proposal.origin["session_id"]
+    assert api["proposal"]["origin"]["request_id"] == invocation.proposal.origin["request_id"]
+    # … and the console's record page.
+    staff = User.objects.create_superuser("support", "support@example.com", "pw")
+    browser = Client()
+    browser.force_login(staff)
+    page = browser.get(f"/console/calls/{invocation.pk}/").content.decode()
+    assert invocation.proposal.origin["session_id"] in page and 'data-testid="mcp-origin"' in page
 
 
 def test_the_openai_agents_sdk_lists_and_calls_with_no_model(mcp_server, demo_agent, worker):
