@@ -276,3 +276,27 @@ def test_the_openai_agents_sdk_lists_and_calls_with_no_model(mcp_server, demo_ag
     assert result.isError is False if hasattr(result, "isError") else result.is_error is False
     structured = getattr(result, "structuredContent", None) or getattr(result, "structured_content", None)
     assert Invocation.objects.get(pk=structured["invocation_id"]).state == "OBSERVED"
+
+
+def test_a_client_that_disconnects_mid_execution_cancels_nothing_and_its_reissue_gets_the_result(
+        mcp_server, demo_agent, demo_services, worker):
+    meta = {"dev.toolops/idempotencyKey": "mcp-disconnect-1"}
+
+    async def call(timeout=None):
+        async with mcp_client(mcp_server) as client:
+            await client.list_tools()
+            with anyio.move_on_after(timeout or 60):
+                return await client.call_tool(CALENDAR, CALENDAR_ARGS, meta=meta)
+        return None  # gave up waiting: the connection closes here
+
+    invocation_id = anyio.run(call).structured_content["invocation_id"]
+    demo_services.fault("calendar", fault="delay", seconds=3, method="POST")
+    confirmation = Confirmation.objects.get(invocation_id=invocation_id, state="pending")
+    confirmation_approve(confirmation=confirmation, user=_approver(), digest_seen=confirmation.digest, reason="ok")
+    wait_for(lambda: Invocation.objects.get(pk=invocation_id).state == "EXECUTING", timeout=20)
+    assert anyio.run(call, 0.5) is None  # re-issued while executing, then disconnected
+    wait_for(lambda: Invocation.objects.get(pk=invocation_id).state == "OBSERVED", timeout=40)
+    again = anyio.run(call)
+    assert _as_wire(again) == _recorded_mcp_message(invocation_id)
+    assert Invocation.objects.get(pk=invocation_id).cancel_requested_at is None
+    assert len(demo_services.calendar_events("primary")) == 1
