@@ -64,6 +64,9 @@ def _fresh_process_caches():
 
     clear_validator_cache()
     spec_selectors._CAPABILITIES.clear()
+    from invocations_app.mcp.calls import _visible_tools
+
+    _visible_tools.cache_clear()
     try:
         from invocations_app.services import _visible_set
     except ImportError:

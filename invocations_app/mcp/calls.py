@@ -7,6 +7,7 @@ holds for MCP clients as for REST ones. tools/call hands the exact bytes of ``ar
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import uuid
@@ -17,7 +18,6 @@ from zoneinfo import ZoneInfo
 
 import mcp_types as types
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 
@@ -117,7 +117,9 @@ def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes) -> 
     """Admit one call; answer at once when it is decided without executing, else say what to wait for."""
     run = request.run()
     model_call = ModelCall.objects.filter(run=run).order_by("-created_at").first()
-    if model_call is None:
+    if model_call is not None:
+        model_call.run = run  # already loaded: proposal_admit reads it
+    else:
         # Called without listing first in this run (e.g. a client that cached yesterday's
         # listing): record the listing it would have got, so the call is still resolved
         # against a recorded visible set.
@@ -162,7 +164,7 @@ def _execute_inline_if_read(invocation: Invocation) -> None:
 def mcp_call_answer(*, subject: Subject, invocation_id) -> dict | None:
     """The answer for a settled call (the recorded MCP tool message, or the pending-confirmation
     answer), or None while it is still on its way."""
-    invocation = selectors.invocation_get(subject=subject, invocation_id=invocation_id)
+    invocation = _invocation_for_answer(subject, invocation_id)
     if invocation.state in TERMINAL:
         return json.loads(tool_message(invocation=invocation, fmt="mcp"))
     if invocation.state == State.OUTCOME_UNKNOWN:
@@ -172,6 +174,16 @@ def mcp_call_answer(*, subject: Subject, invocation_id) -> dict | None:
         if pending is not None:
             return pending_confirmation_result(invocation, pending)
     return None
+
+
+def _invocation_for_answer(subject: Subject, invocation_id) -> Invocation:
+    """One row for the hot path (the record page's prefetches are not needed to answer); a call
+    waiting for a person goes through ``invocation_get``, which expires an overdue confirmation."""
+    invocation = (Invocation.objects.select_related("proposal", "tool_spec")
+                  .filter(pk=invocation_id, subject=subject).first())
+    if invocation is None or invocation.state == State.AUTHORIZED:
+        return selectors.invocation_get(subject=subject, invocation_id=invocation_id)
+    return invocation
 
 
 # States worth a full answer when polled: final, outcome unknown, or possibly awaiting a person.
@@ -241,8 +253,7 @@ def _idempotency_key(request: McpRequest, run: Run, model_call: ModelCall, name:
             raise ApplicationError(f"{IDEMPOTENCY_META_KEY} must be 1–255 visible ASCII characters",
                                    code="invalid_idempotency_key")
         return explicit
-    row = (ModelCallTool.objects.select_related("tool_spec").filter(model_call=model_call)
-           .filter(Q(model_facing_name=name) | Q(tool_ref=name)).first())
+    row = _visible_tools(model_call.pk).get(name)
     if row is None or row.tool_spec.side_effect_class == "read_only":
         return None
     context = NormalizationContext(clock=now.astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale)
@@ -252,6 +263,14 @@ def _idempotency_key(request: McpRequest, run: Run, model_call: ModelCall, name:
         return None  # rejected: it will claim no key
     request_part = hashlib.sha256(json.dumps(request.request_id).encode()).hexdigest()[:16]
     return f"mcp:{run.pk}:{request_part}:{plan.digest}"
+
+
+@functools.lru_cache(maxsize=2048)
+def _visible_tools(model_call_id) -> dict[str, ModelCallTool]:
+    """A model call's visible set by model-facing name and by ``name@version``. Cached per
+    process: a model call's visible set and published ToolSpecs never change."""
+    rows = ModelCallTool.objects.select_related("tool_spec").filter(model_call_id=model_call_id)
+    return {key: row for row in rows for key in (row.model_facing_name, row.tool_ref)}
 
 
 def _result(text: str, structured: dict | None, *, is_error: bool = False) -> dict:
