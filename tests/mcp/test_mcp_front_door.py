@@ -300,3 +300,24 @@ def test_a_client_that_disconnects_mid_execution_cancels_nothing_and_its_reissue
     assert _as_wire(again) == _recorded_mcp_message(invocation_id)
     assert Invocation.objects.get(pk=invocation_id).cancel_requested_at is None
     assert len(demo_services.calendar_events("primary")) == 1
+
+
+def test_a_client_drives_a_rest_run_with_its_budgets_through_meta(mcp_server, demo_agent, worker):
+    run = demo_agent.run(timezone="Asia/Shanghai", budgets={"tool_calls": 1})
+    meta = {"dev.toolops/run": run["id"]}
+
+    async def calls():
+        async with mcp_client(mcp_server) as client:
+            await client.list_tools(meta=meta)
+            first = await client.call_tool(WEATHER, {"city": "Paris", "date": "tomorrow"}, meta=meta)
+            second = await client.call_tool(WEATHER, {"city": "Rome", "date": "tomorrow"}, meta=meta)
+            return first, second
+
+    first, second = anyio.run(calls)
+    invocation = Invocation.objects.get(pk=first.structured_content["invocation_id"])
+    assert str(invocation.run_id) == run["id"]
+    # The run's timezone normalized "tomorrow" (Asia/Shanghai, not the front door's UTC default).
+    assert invocation.normalization_context["timezone"] == "Asia/Shanghai"
+    assert second.is_error is True and second.structured_content["error"]["code"] == "budget_exhausted"
+    refused = Proposal.objects.get(refusal="budget_exhausted")
+    assert b"Rome" in bytes(refused.arguments_bytes)
