@@ -14,6 +14,9 @@ concurrency 2), the demo services. One client process runs the official ``mcp`` 
 * direct: ``GET <demo page>`` with the same HTTP client — the same tool call without ToolOps.
 * pending: ``tools/call calendar-create_event_v1`` (needs confirmation) → the
   ``pending_confirmation`` answer.
+* plumbing: ``tools/call toolops.invocation_status`` for an unknown id — HTTP, the SDK, the
+  token check and one indexed read, no pipeline: the part of the added latency that is not ToolOps'
+  record-keeping.
 
 Sequential calls, one at a time; the added latency is MCP minus direct at p50 and p99. Targets
 (issue 15): added p50 <= 10 ms, p99 <= 25 ms; pending answer p99 <= 50 ms. ``--inline`` runs the
@@ -101,7 +104,7 @@ def start(env: dict, inline: bool) -> tuple[list[subprocess.Popen], str, str]:
 async def measure(mcp_url: str, page_url: str, n: int, pending_n: int) -> dict[str, list[float]]:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(60.0))
     direct_http = httpx2.AsyncClient(timeout=httpx2.Timeout(60.0))
-    out: dict[str, list[float]] = {"mcp": [], "direct": [], "pending": []}
+    out: dict[str, list[float]] = {"mcp": [], "direct": [], "pending": [], "plumbing": []}
     async with Client(streamable_http_client(mcp_url, http_client=http), mode="2026-07-28") as client:
         await client.list_tools()
         for i in range(n + 5):  # the first 5 warm both paths up (connections, caches, worker)
@@ -116,6 +119,10 @@ async def measure(mcp_url: str, page_url: str, n: int, pending_n: int) -> dict[s
             if i >= 5:
                 out["mcp"].append(mcp_ms)
                 out["direct"].append(direct_ms)
+        for i in range(n):  # the front door's own plumbing: HTTP + SDK + token check + one indexed read
+            start = time.perf_counter()
+            await client.call_tool("toolops.invocation_status", {"invocation_id": str(uuid.uuid4())})
+            out["plumbing"].append((time.perf_counter() - start) * 1000)
         for i in range(pending_n):
             args = {"calendar_id": "primary", "title": f"bench {i} {uuid.uuid4().hex[:6]}",
                     "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}
@@ -160,6 +167,8 @@ def main() -> None:
     for name, p in (("p50", 50), ("p99", 99)):
         mcp_ms, direct_ms = pct(results["mcp"], p), pct(results["direct"], p)
         print(f"latency {name}: MCP {mcp_ms:7.1f} ms   direct {direct_ms:6.1f} ms   added {mcp_ms - direct_ms:+7.1f} ms")
+    print(f"plumbing (status tool, unknown id): p50 {pct(results['plumbing'], 50):.1f} ms   "
+          f"p99 {pct(results['plumbing'], 99):.1f} ms")
     print(f"pending-confirmation answer: p50 {pct(results['pending'], 50):.1f} ms   p99 {pct(results['pending'], 99):.1f} ms")
     print("(targets: added p50 <= 10 ms, p99 <= 25 ms; pending p99 <= 50 ms)")
 

@@ -51,9 +51,13 @@ def confirmation_state_seal(*, invocation: Invocation, subject: Subject) -> str:
                           "exp": int(expires.timestamp()), "nonce": secrets.token_hex(12)}, salt=SALT)
 
 
-def confirmation_elicitation(*, invocation: Invocation, subject: Subject) -> types.InputRequiredResult:
-    """The input-required answer for a call waiting for a person: the console page + a sealed state."""
+def confirmation_elicitation(*, invocation_id, subject: Subject) -> types.InputRequiredResult | None:
+    """The input-required answer for a call waiting for a person: the console page + a sealed
+    state; None when a person decided meanwhile (the caller answers as for any other client)."""
+    invocation = Invocation.objects.get(pk=invocation_id, subject=subject)
     confirmation = invocation.confirmations.filter(state=Confirmation.Status.PENDING).first()
+    if confirmation is None:
+        return None
     url = settings.TOOLOPS_CONSOLE_URL + reverse("confirmations:detail", args=[confirmation.pk])
     message = (f"A person must confirm this call ({invocation.tool_ref}, digest {invocation.digest[:12]}…) "
                f"before it runs; the request expires at {confirmation.expires_at.isoformat()}.")

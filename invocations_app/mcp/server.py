@@ -33,7 +33,6 @@ from toolops.runtime.jsonrpc_raw import RawJSONError, member_bytes
 from .calls import (
     STATUS_TOOL, McpRequest, mcp_call_poll, mcp_call_still_running, mcp_status, mcp_tool_call, mcp_tools_list,
 )
-from ..models import Invocation
 from .db import in_db_thread, install_db_executor
 from .elicitation import (
     client_accepts_url_elicitation, confirmation_elicitation, confirmation_state_redeem, confirmation_state_seal,
@@ -119,7 +118,10 @@ async def on_call_tool(
     if waiting and client_accepts_tasks(request.meta):
         return await in_db_thread(task_created, subject=request.subject, invocation_id=result["structuredContent"]["invocation_id"])
     if _pending(result) and client_accepts_url_elicitation(request.meta):
-        return await in_db_thread(_elicitation_for, request=request, invocation_id=result["structuredContent"]["invocation_id"])
+        elicitation = await in_db_thread(confirmation_elicitation, subject=request.subject,
+                                         invocation_id=result["structuredContent"]["invocation_id"])
+        if elicitation is not None:
+            return elicitation
     return types.CallToolResult.model_validate(result)
 
 
@@ -159,11 +161,6 @@ async def _confirmation_retry(request: McpRequest, params: types.CallToolRequest
 
 def _pending(result: dict) -> bool:
     return (result.get("structuredContent") or {}).get("status") == "pending_confirmation"
-
-
-def _elicitation_for(*, request: McpRequest, invocation_id: str) -> types.InputRequiredResult:
-    invocation = Invocation.objects.prefetch_related("confirmations").get(pk=invocation_id, subject=request.subject)
-    return confirmation_elicitation(invocation=invocation, subject=request.subject)
 
 
 async def _wait_for_answer(request: McpRequest, invocation_id, *, past_confirmation: bool = False) -> dict:
