@@ -226,8 +226,10 @@ def pending_confirmation_result(invocation: Invocation, confirmation: Confirmati
 def mcp_status(*, subject: Subject, arguments: dict | None) -> dict:
     """The built-in ``toolops.invocation_status``: final → the call's own recorded answer."""
     invocation_id = (arguments or {}).get("invocation_id")
-    if not isinstance(invocation_id, str):
-        return _result('invocation_id is required: {"invocation_id": "<uuid>"}', None, is_error=True)
+    try:
+        invocation_id = uuid.UUID(invocation_id)
+    except (TypeError, ValueError, AttributeError):
+        return _result('invocation_id (a UUID) is required: {"invocation_id": "<uuid>"}', None, is_error=True)
     try:
         answer = mcp_call_answer(subject=subject, invocation_id=invocation_id)
     except NotFound:

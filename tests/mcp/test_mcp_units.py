@@ -8,7 +8,7 @@ from django.core import signing
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 
-from invocations_app.mcp.calls import McpRequest, _idempotency_key
+from invocations_app.mcp.calls import McpRequest, _idempotency_key, mcp_status
 from invocations_app.mcp.elicitation import SALT, confirmation_state_redeem, confirmation_state_seal
 from invocations_app.mcp.runs import RunRule, mcp_run_get_or_open
 from invocations_app.models import Run
@@ -93,3 +93,9 @@ def test_a_sealed_state_is_refused_when_altered_foreign_or_expired(agent):
     with pytest.raises(MCPError) as replayed:
         confirmation_state_redeem(state=state, subject=agent)
     assert replayed.value.data["code"] == "request_state_replayed"
+
+
+def test_the_status_tool_answers_a_malformed_or_foreign_id_with_is_error(agent):
+    for arguments in ({}, {"invocation_id": "nope"}, {"invocation_id": 7}, {"invocation_id": "00000000-0000-0000-0000-000000000001"}):
+        answer = mcp_status(subject=agent, arguments=arguments)
+        assert answer["isError"] is True, arguments
