@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 import mcp_types as types
 from django.conf import settings
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 
@@ -31,7 +32,7 @@ from toolops.runtime.tracecontext import TraceContext, parse_traceparent
 
 from .. import selectors
 from ..execution import claim_or_inspect, execution_run
-from ..models import Confirmation, Invocation, ModelCall, ModelCallTool, Run
+from ..models import Confirmation, Invocation, ModelCall, ModelCallTool, Run, ToolMessage
 from ..results import tool_message
 from ..services import model_call_create, parser_limits, proposal_admit
 from .runs import mcp_run_get_or_open, run_rule
@@ -144,7 +145,7 @@ def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes) -> 
                        data={"code": "unknown_tool", "invocation_id": str(invocation.pk)})
     if settings.TOOLOPS_MCP_INLINE_READS:
         _execute_inline_if_read(invocation)
-    answer = mcp_call_answer(subject=request.subject, invocation_id=invocation.pk)
+    answer = mcp_call_poll(subject=request.subject, invocation_id=invocation.pk)
     return CallOutcome(result=answer) if answer is not None else CallOutcome(wait_for=invocation.pk)
 
 
@@ -186,15 +187,23 @@ def _invocation_for_answer(subject: Subject, invocation_id) -> Invocation:
     return invocation
 
 
-# States worth a full answer when polled: final, outcome unknown, or possibly awaiting a person.
-_ANSWERABLE = frozenset({*TERMINAL, State.OUTCOME_UNKNOWN, State.AUTHORIZED})
-
-
 def mcp_call_poll(*, subject: Subject, invocation_id) -> dict | None:
-    """``mcp_call_answer`` behind a one-column state read: the wait loop runs this every few ms."""
-    state = Invocation.objects.filter(pk=invocation_id, subject=subject).values_list("state", flat=True).first()
-    if state is None or state not in _ANSWERABLE:
+    """``mcp_call_answer`` behind one indexed read of (state, awaiting a person?): the wait loop
+    runs this every few ms, and a final call's stored MCP tool message is read directly."""
+    row = (
+        Invocation.objects.filter(pk=invocation_id, subject=subject)
+        .annotate(awaiting=Exists(Confirmation.objects.filter(invocation_id=OuterRef("pk"), state=Confirmation.Status.PENDING)))
+        .values_list("state", "awaiting").first()
+    )
+    if row is None:
         return None
+    state, awaiting = row
+    if state in TERMINAL:
+        stored = ToolMessage.objects.filter(invocation_id=invocation_id, format="mcp").values_list("message_bytes", flat=True).first()
+        if stored is not None:
+            return json.loads(bytes(stored))
+    elif state != State.OUTCOME_UNKNOWN and not (state == State.AUTHORIZED and awaiting):
+        return None  # queued or executing
     return mcp_call_answer(subject=subject, invocation_id=invocation_id)
 
 
