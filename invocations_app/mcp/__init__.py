@@ -7,6 +7,7 @@ It runs as its own ASGI process (``uvicorn toolops.mcp_asgi:app``) because Djang
 handler refuses the lifespan events the MCP SDK's session manager needs.
 
 Modules: ``db`` (ORM calls from async handlers), ``identity`` (bearer tokens), ``runs``
-(session/run/day → Run), ``calls`` (tools/list and tools/call on the services), ``server``
-(the SDK wiring, the raw-body capture and the ASGI app).
+(session/run/day → Run), ``calls`` (tools/list and tools/call on the services), ``tasks`` (a call
+waiting for a person as an MCP task), ``elicitation`` (… or as a URL-mode elicitation with a
+sealed request state), ``server`` (the SDK wiring, the raw-body capture and the ASGI app).
 """
