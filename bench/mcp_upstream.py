@@ -52,7 +52,8 @@ import httpx2  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-from invocations_app import services  # noqa: E402
+from invocations_app.admission import proposal_admit  # noqa: E402
+from invocations_app.runs import model_call_create, run_create  # noqa: E402
 from invocations_app.models import Invocation  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant  # noqa: E402
 from specs_app.services import toolspec_publish  # noqa: E402
@@ -99,8 +100,8 @@ def setup(url: str):
 
 
 def model_call(subject, spec):
-    run = services.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
-    return services.model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
+    run = run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    return model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
 
 
 def observed(inv_id: str) -> bool:
@@ -116,7 +117,7 @@ def through_toolops(subject, spec, call, n: int, *, timeout: float = 30) -> list
     out = []
     for i in range(n):
         start = time.perf_counter()
-        inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id=f"p{uuid.uuid4().hex}",
+        inv, _ = proposal_admit(model_call=call, subject=subject, proposal_id=f"p{uuid.uuid4().hex}",
                                          name=spec.ref, arguments_bytes=f'{{"query": "q{i}"}}'.encode())
         deadline = time.monotonic() + timeout
         while not observed(str(inv.pk)):
@@ -164,7 +165,7 @@ def reissue(subject, spec, url: str, n: int) -> tuple[int, int, int]:
 
     def post(_):
         try:
-            inv, _ = services.proposal_admit(model_call=call, subject=subject, proposal_id="same-call", name=spec.ref,
+            inv, _ = proposal_admit(model_call=call, subject=subject, proposal_id="same-call", name=spec.ref,
                                              arguments_bytes=body)
             return str(inv.pk)
         finally:

@@ -55,12 +55,15 @@ def proposal_admit(
     idempotency_key: str | None = None,
     trace: TraceContext | None = None,
     now: datetime | None = None,
+    origin: dict | None = None,
 ) -> tuple[Invocation, bool]:
     """Record a proposal with its raw bytes and carry it through admission and authorization.
 
     Returns ``(invocation, created)``. Re-posting the same ``(model call, proposal_id)`` with
     the same name and bytes returns the existing invocation (``created=False``); with other
     bytes it is a ``Conflict`` (``proposal_conflict``). Rejections are states, not errors.
+    ``origin`` says where the proposal came in beyond the REST API (e.g. the MCP session and
+    JSON-RPC request id); it is stored on the proposal.
     """
     run = model_call.run
     run_require_active(run)
@@ -93,7 +96,7 @@ def proposal_admit(
         invocation = record_admission(
             model_call=model_call, run=run, subject=subject, proposal_id=proposal_id, name=name,
             arguments_bytes=arguments_bytes, spec=spec, plan=plan, auth=auth, context=context, limits=limits,
-            idempotency_key=idempotency_key, trace=trace, invocation_id=invocation_id,
+            idempotency_key=idempotency_key, trace=trace, invocation_id=invocation_id, origin=origin,
         )
     except (IntegrityError, IdempotencyHit) as exc:
         # Nothing of this call was written: give back what it took.
@@ -183,7 +186,7 @@ def _lookup_visible(model_call_id, name: str) -> tuple[ToolSpec | None, list[str
 
 def record_admission(
     *, model_call, run, subject, proposal_id, name, arguments_bytes, spec, plan, auth, context, limits,
-    idempotency_key, trace, invocation_id=None, edited_from: Invocation | None = None,
+    idempotency_key, trace, invocation_id=None, edited_from: Invocation | None = None, origin: dict | None = None,
 ) -> Invocation:
     """Write proposal, invocation and the event chain of its admission in one transaction.
 
@@ -205,7 +208,7 @@ def record_admission(
     proposal = Proposal(
         model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
         parsed_json=json.dumps(plan.parsed, ensure_ascii=False) if plan.steps[0].to_state == State.PARSED else "",
-        parser=parser_record(limits), span_id=proposal_span,
+        parser=parser_record(limits), span_id=proposal_span, origin=origin or {},
     )
     invocation = Invocation(
         id=invocation_id or uuid.uuid4(), proposal=proposal, run=run, model_call=model_call,

@@ -15,6 +15,24 @@ from specs_app.services import token_hash
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
+def api_token_verify(*, secret: str) -> ApiToken | None:
+    """The live token with this secret (its subject and tenant loaded), or None.
+
+    Shared by the REST API and the MCP front door: the same tokens, the same rule.
+    """
+    token = (
+        ApiToken.objects.select_related("subject__tenant")
+        .filter(token_hash=token_hash(secret), revoked_at__isnull=True, subject__is_active=True)
+        .first()
+    )
+    if token is None:
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
 @dataclass(frozen=True)
 class AgentPrincipal:
     """The authenticated caller of the agent API (``request.user``)."""
@@ -47,16 +65,9 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
             secret = header[1].decode("ascii")
         except UnicodeDecodeError:
             raise exceptions.AuthenticationFailed("token is not ASCII", code="invalid_token") from None
-        token = (
-            ApiToken.objects.select_related("subject__tenant")
-            .filter(token_hash=token_hash(secret), revoked_at__isnull=True, subject__is_active=True)
-            .first()
-        )
+        token = api_token_verify(secret=secret)
         if token is None:
             raise exceptions.AuthenticationFailed("unknown or revoked token", code="invalid_token")
-        now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return AgentPrincipal(subject=token.subject, token_id=token.pk), token
 
     def authenticate_header(self, request):

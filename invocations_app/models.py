@@ -34,6 +34,9 @@ class Run(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     locale = models.CharField(max_length=35, default="en-US")
     metadata = models.JSONField(default=dict, blank=True)
+    # The MCP front door's key for a run it opened: "session:<Mcp-Session-Id>" or
+    # "day:<YYYY-MM-DD>" (stateless clients); blank for runs opened over the REST API.
+    mcp_key = models.CharField(max_length=200, blank=True)
     trace_id = models.CharField(max_length=32)
     created_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -44,6 +47,10 @@ class Run(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=["active", "finished", "exhausted"]), name="invocations_run_status_valid"
+            ),
+            # The MCP front door finds (or races to create) a session's or a day's run by this.
+            models.UniqueConstraint(
+                fields=["subject", "mcp_key"], condition=~Q(mcp_key=""), name="invocations_run_unique_mcp_key"
             ),
         ]
         indexes = [models.Index(fields=["tenant", "-created_at"], name="invocations_run_tenant_recent")]
@@ -107,6 +114,9 @@ class Proposal(models.Model):
         "Invocation", null=True, blank=True, on_delete=models.PROTECT, related_name="replays", db_index=False
     )
     parser = models.JSONField(default=dict)  # parser name, version and limits
+    # Where the proposal came in, beyond the API: for MCP {"transport": "mcp", "session_id",
+    # "request_id", "protocol_version", "tracestate"}; empty for REST proposals.
+    origin = models.JSONField(default=dict, blank=True)
     span_id = models.CharField(max_length=16)
     received_at = models.DateTimeField(auto_now_add=True)
 

@@ -310,6 +310,8 @@ def invocation_to_dict(inv: Invocation) -> dict:
             "parsed": json.loads(proposal.parsed_json) if proposal.parsed_json else None,
             "parser": proposal.parser,
             "span_id": proposal.span_id,
+            # MCP proposals: {"transport": "mcp", "session_id", "request_id", …}; {} for REST.
+            "origin": proposal.origin,
         },
         "run_id": str(inv.run_id),
         "normalized_arguments": inv.normalized_arguments,

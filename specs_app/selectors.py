@@ -1,7 +1,10 @@
 """Reads for tool specs and identities."""
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from datetime import datetime
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from toolops.db_batch import select_rows
 from toolops.runtime.admission import ToolView
@@ -21,6 +24,40 @@ def toolspecs_visible_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
     Every published tool is visible for now; capability grants narrow what may *run*.
     """
     return ToolSpec.objects.filter(status=ToolSpec.Status.PUBLISHED).order_by("name", "version")
+
+
+def toolspecs_granted_to_subject(*, subject: Subject, now: datetime | None = None) -> list[ToolSpec]:
+    """The subject's tools: for each tool name, the newest published version for whose every
+    required capability the subject (or its whole tenant) holds a live grant, by name.
+
+    A grant counts whatever its effect (``confirm`` still lets the tool be called, after a
+    person decides), when it is unrevoked, unexpired, and its ``tool_refs`` are empty or name
+    that version. Scope and limits are not checked here: they depend on the arguments, which
+    authorization judges at call time. A tool with no required capability needs no grant.
+    """
+    now = now or timezone.now()
+    held: dict[str, list[tuple[str, ...]]] = {}
+    grants = (
+        Grant.objects.filter(tenant_id=subject.tenant_id, revoked_at__isnull=True)
+        .filter(Q(subject=subject) | Q(subject__isnull=True))
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+        .values_list("capability__name", "tool_refs")
+    )
+    for capability, refs in grants:
+        held.setdefault(capability, []).append(tuple(refs or ()))
+
+    def granted(spec: ToolSpec) -> bool:
+        for requirement in spec.required_capabilities or []:
+            name = requirement["capability"] if isinstance(requirement, dict) else requirement
+            if not any(not refs or spec.ref in refs for refs in held.get(name, ())):
+                return False
+        return True
+
+    newest: dict[str, ToolSpec] = {}
+    for spec in toolspecs_visible_to_subject(subject=subject):
+        if granted(spec) and (spec.name not in newest or spec.version > newest[spec.name].version):
+            newest[spec.name] = spec
+    return [newest[name] for name in sorted(newest)]
 
 
 def tool_view(spec: ToolSpec, *, null_as_absent: tuple[str, ...] = ()) -> ToolView:

@@ -66,6 +66,9 @@ def _fresh_process_caches():
     clear_validator_cache()
     normalizers._rules_cache.clear()  # keyed by name@version, which tests reuse with other rules
     spec_selectors._CAPABILITIES.clear()
+    from invocations_app.mcp.calls import _visible_tools
+
+    _visible_tools.cache_clear()
     try:
         from invocations_app.admission import _visible_set
     except ImportError:

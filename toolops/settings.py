@@ -316,6 +316,30 @@ TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = env_int("TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST
 # Seconds a client is told to wait (Retry-After) when the database or the broker is unavailable.
 TOOLOPS_OUTAGE_RETRY_AFTER = env_int("TOOLOPS_OUTAGE_RETRY_AFTER", 5)
 
+# --- MCP front door (invocations_app/mcp, served by `uvicorn toolops.mcp_asgi:app`) -----------
+# Its public URL: the RFC 9728 resource identifier and what `make run` prints.
+TOOLOPS_MCP_URL = os.environ.get("TOOLOPS_MCP_URL", "http://127.0.0.1:8001/mcp")
+# Where people (and OAuth-aware clients) find the console that issues API tokens and decides
+# confirmations: the protected-resource metadata's authorization server, and the base of the
+# confirmation page a URL-mode elicitation points at.
+TOOLOPS_CONSOLE_URL = os.environ.get("TOOLOPS_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
+# A JSON-RPC body carries arguments of up to TOOLOPS_PARSER_MAX_BYTES plus its envelope.
+TOOLOPS_MCP_MAX_BODY_BYTES = env_int("TOOLOPS_MCP_MAX_BODY_BYTES", TOOLOPS_PARSER_MAX_BYTES + 64 * 1024)
+# How long a tools/call waits for an admitted call to settle before answering "working".
+TOOLOPS_MCP_WAIT_SECONDS = env_int("TOOLOPS_MCP_WAIT_SECONDS", 30)
+# Threads for the front door's ORM calls (each holds one database connection).
+TOOLOPS_MCP_DB_THREADS = env_int("TOOLOPS_MCP_DB_THREADS", 16)
+# Budgets of the runs the front door opens (a JSON object as in POST /api/v1/runs); none by default.
+try:
+    TOOLOPS_MCP_RUN_BUDGETS = json.loads(os.environ.get("TOOLOPS_MCP_RUN_BUDGETS") or "{}")
+except ValueError:
+    raise ImproperlyConfigured("TOOLOPS_MCP_RUN_BUDGETS must be a JSON object") from None
+if not isinstance(TOOLOPS_MCP_RUN_BUDGETS, dict):
+    raise ImproperlyConfigured("TOOLOPS_MCP_RUN_BUDGETS must be a JSON object")
+# Read-only calls that need no confirmation execute in the MCP process itself (the same
+# execution service and record as a worker; see README "MCP front door").
+TOOLOPS_MCP_INLINE_READS = env_bool("TOOLOPS_MCP_INLINE_READS", False)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

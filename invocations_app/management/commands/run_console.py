@@ -1,4 +1,4 @@
-"""`make run`: demo data, then the console + API, a Celery worker and beat, in one terminal.
+"""`make run`: demo data, then the console + API, the MCP server, a Celery worker and beat, in one terminal.
 
 The web process is the production one — gunicorn with threaded workers, static files by
 whitenoise after a collectstatic into ``var/static`` — on whichever database is configured
@@ -21,8 +21,16 @@ from django.core.management.base import BaseCommand
 from specs_app.demo import load_demo
 
 
+def mcp_command(python: str) -> list[str]:
+    """``uvicorn toolops.mcp_asgi:app`` on the host and port of TOOLOPS_MCP_URL (one source of truth:
+    the URL is also the RFC 9728 resource identifier the server announces)."""
+    url = urlsplit(settings.TOOLOPS_MCP_URL)
+    host, port = url.hostname or "127.0.0.1", str(url.port or (443 if url.scheme == "https" else 80))
+    return [python, "-m", "uvicorn", "toolops.mcp_asgi:app", "--host", host, "--port", port, "--log-level", "warning"]
+
+
 class Command(BaseCommand):
-    help = "Load the demo data and run the web console/API, the demo services, a Celery worker and beat until Ctrl-C."
+    help = "Load the demo data and run the web console/API, the MCP server, the demo services, a Celery worker and beat until Ctrl-C."
 
     def add_arguments(self, parser):
         parser.add_argument("--addr", default="127.0.0.1:8000")
@@ -50,6 +58,7 @@ class Command(BaseCommand):
             web,
             subprocess.Popen([python, "manage.py", "run_demo_services", "--port", demo_port]),
             self._notes_mcp(python),
+            subprocess.Popen(mcp_command(python)),
         ]
         if not no_worker:
             procs.append(subprocess.Popen(
@@ -57,6 +66,7 @@ class Command(BaseCommand):
             ))
         self.stdout.write(self.style.SUCCESS(f"\nToolOps console:  http://{addr}/"))
         self.stdout.write(f"API docs:         http://{addr}/api/docs/")
+        self.stdout.write(f"MCP server:       {settings.TOOLOPS_MCP_URL} (Authorization: Bearer <the API token>)")
         self.stdout.write(f"demo services:    {settings.TOOLOPS_DEMO_SERVICES_URL} (calendar, payments, web pages)")
         self.stdout.write(f"demo MCP server:  {settings.TOOLOPS_DEMO_NOTES_MCP_URL} (notes; govern it: README, "
                           "'Governing an MCP server')")

@@ -1,0 +1,303 @@
+"""tools/list and tools/call on the domain services (synchronous: run via ``db.in_db_thread``).
+
+tools/list records a ModelCall (format ``mcp``) with the exact visible set it answers, so a
+later tools/call is resolved against the run's most recent ModelCall and SPEC §2 invariant 2
+holds for MCP clients as for REST ones. tools/call hands the exact bytes of ``arguments`` to
+``proposal_admit``; what comes back to the client is the recorded MCP tool message.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import mcp_types as types
+from django.conf import settings
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+from mcp.shared.exceptions import MCPError
+
+from specs_app.models import Subject
+from specs_app.selectors import tool_view, toolspecs_granted_to_subject
+from toolops.errors import ApplicationError, Conflict, NotFound
+from toolops.runtime.admission import admit
+from toolops.runtime.normalizers import NormalizationContext
+from toolops.runtime.states import TERMINAL, State
+from toolops.runtime.tracecontext import TraceContext, parse_traceparent
+
+from .. import selectors
+from ..execution import claim_or_inspect, execution_run
+from ..models import Confirmation, Invocation, ModelCall, ModelCallTool, Run, ToolMessage
+from ..tool_messages import tool_message
+from ..admission import parser_limits, proposal_admit
+from ..runs import model_call_create
+from .runs import mcp_run_get_or_open, run_rule
+
+STATUS_TOOL = "toolops.invocation_status"
+IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
+# Same rule as the REST API's Idempotency-Key header: 1–255 visible ASCII characters.
+_KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
+
+STATUS_TOOL_DEFINITION: dict[str, Any] = {
+    "name": STATUS_TOOL,
+    "title": "ToolOps: state of a call",
+    "description": (
+        "The state of an earlier tool call by its invocation id (from a pending_confirmation "
+        "answer). When the call is final, returns its result exactly as the call itself would have."
+    ),
+    "inputSchema": {
+        "type": "object",
+        "properties": {"invocation_id": {"type": "string", "format": "uuid"}},
+        "required": ["invocation_id"],
+        "additionalProperties": False,
+    },
+    "annotations": {"title": "ToolOps: state of a call", "readOnlyHint": True, "destructiveHint": False,
+                    "idempotentHint": True, "openWorldHint": False},
+}
+
+
+@dataclass(frozen=True)
+class McpRequest:
+    """What one MCP request tells the front door, beyond its params."""
+
+    subject: Subject
+    session_id: str | None
+    request_id: str | int | None
+    protocol_version: str
+    meta: dict
+
+    @property
+    def trace(self) -> TraceContext | None:
+        return parse_traceparent(self.meta.get("traceparent"), self.meta.get("tracestate"))
+
+    def run(self) -> Run:
+        return mcp_run_get_or_open(subject=self.subject, rule=run_rule(session_id=self.session_id, meta=self.meta),
+                                   trace=self.trace)
+
+    def origin(self) -> dict:
+        rule = run_rule(session_id=self.session_id, meta=self.meta)
+        origin = {"transport": "mcp", "protocol_version": self.protocol_version, "session_id": self.session_id,
+                  "request_id": self.request_id, "run_rule": rule.kind}
+        if self.meta.get("tracestate"):
+            origin["tracestate"] = str(self.meta["tracestate"])[:512]
+        return origin
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """Either the answer now (a ``CallToolResult`` as a dict) or the invocation to wait for."""
+
+    result: dict | None = None
+    wait_for: uuid.UUID | None = None
+
+
+# --- tools/list -------------------------------------------------------------------------------
+
+def mcp_tools_list(*, request: McpRequest) -> list[dict]:
+    """The subject's tools, recorded as a ModelCall of its run, plus the built-in status tool."""
+    run = request.run()
+    model_call = _record_listing(run, request.subject)
+    return [row.rendered for row in model_call.visible_tools.all()] + [STATUS_TOOL_DEFINITION]
+
+
+def _record_listing(run: Run, subject: Subject) -> ModelCall:
+    refs = [spec.ref for spec in toolspecs_granted_to_subject(subject=subject)]
+    try:
+        return model_call_create(run=run, tool_refs=refs, fmt="mcp", context=[])
+    except ApplicationError as exc:
+        raise _protocol_error(exc) from None
+
+
+# --- tools/call -------------------------------------------------------------------------------
+
+def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes) -> CallOutcome:
+    """Admit one call; answer at once when it is decided without executing, else say what to wait for."""
+    run = request.run()
+    model_call = ModelCall.objects.filter(run=run).order_by("-created_at").first()
+    if model_call is not None:
+        model_call.run = run  # already loaded: proposal_admit reads it
+    else:
+        # Called without listing first in this run (e.g. a client that cached yesterday's
+        # listing): record the listing it would have got, so the call is still resolved
+        # against a recorded visible set.
+        model_call = _record_listing(run, request.subject)
+    now = timezone.now()
+    try:
+        key = _idempotency_key(request, run, model_call, name, arguments_bytes, now)
+        invocation, _ = proposal_admit(
+            model_call=model_call, subject=request.subject, proposal_id=_proposal_id(request), name=name,
+            arguments_bytes=arguments_bytes, idempotency_key=key, trace=request.trace, now=now, origin=request.origin(),
+        )
+    except Conflict as exc:
+        if exc.code != "idempotency_in_progress":
+            return CallOutcome(result=_error_result(exc))
+        # A re-issue while the first call with this key is running or awaiting a person:
+        # attach to that invocation and answer as it would.
+        invocation = Invocation.objects.get(pk=exc.extra["invocation_id"])
+    except ApplicationError as exc:
+        return CallOutcome(result=_error_result(exc))
+    if invocation.error_code == "unknown_tool":
+        raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: not in this run's tool listing",
+                       data={"code": "unknown_tool", "invocation_id": str(invocation.pk)})
+    if settings.TOOLOPS_MCP_INLINE_READS:
+        _execute_inline_if_read(invocation)
+    answer = mcp_call_poll(subject=request.subject, invocation_id=invocation.pk)
+    return CallOutcome(result=answer) if answer is not None else CallOutcome(wait_for=invocation.pk)
+
+
+def _execute_inline_if_read(invocation: Invocation) -> None:
+    """Run a ready read-only call here instead of waiting for a worker: the same claim and
+    execution service a worker runs (attempt rows, events, retry rules, tool message). The
+    worker's message for it then finds nothing to claim."""
+    if invocation.state != State.AUTHORIZED or invocation.tool_spec is None:
+        return
+    if invocation.tool_spec.side_effect_class != "read_only":
+        return
+    claimed, attempt = claim_or_inspect(invocation.pk)
+    if claimed is not None and attempt is not None:
+        execution_run(invocation=claimed, attempt=attempt)
+
+
+def mcp_call_answer(*, subject: Subject, invocation_id) -> dict | None:
+    """The answer for a settled call (the recorded MCP tool message, or the pending-confirmation
+    answer), or None while it is still on its way."""
+    invocation = _invocation_for_answer(subject, invocation_id)
+    if invocation.state in TERMINAL:
+        return json.loads(tool_message(invocation=invocation, fmt="mcp"))
+    if invocation.state == State.OUTCOME_UNKNOWN:
+        return _in_progress_result(invocation)  # being reconciled: the model must not retry
+    if invocation.state == State.AUTHORIZED:
+        pending = next((c for c in invocation.confirmations.all() if c.state == Confirmation.Status.PENDING), None)
+        if pending is not None:
+            return pending_confirmation_result(invocation, pending)
+    return None
+
+
+def _invocation_for_answer(subject: Subject, invocation_id) -> Invocation:
+    """One row for the hot path (the record page's prefetches are not needed to answer); a call
+    waiting for a person goes through ``invocation_get``, which expires an overdue confirmation."""
+    invocation = (Invocation.objects.select_related("proposal", "tool_spec")
+                  .filter(pk=invocation_id, subject=subject).first())
+    if invocation is None or invocation.state == State.AUTHORIZED:
+        return selectors.invocation_get(subject=subject, invocation_id=invocation_id)
+    return invocation
+
+
+def mcp_call_poll(*, subject: Subject, invocation_id) -> dict | None:
+    """``mcp_call_answer`` behind one indexed read of (state, awaiting a person?): the wait loop
+    runs this every few ms, and a final call's stored MCP tool message is read directly."""
+    row = (
+        Invocation.objects.filter(pk=invocation_id, subject=subject)
+        .annotate(awaiting=Exists(Confirmation.objects.filter(invocation_id=OuterRef("pk"), state=Confirmation.Status.PENDING)))
+        .values_list("state", "awaiting").first()
+    )
+    if row is None:
+        return None
+    state, awaiting = row
+    if state in TERMINAL:
+        stored = ToolMessage.objects.filter(invocation_id=invocation_id, format="mcp").values_list("message_bytes", flat=True).first()
+        if stored is not None:
+            return json.loads(bytes(stored))
+    elif state != State.OUTCOME_UNKNOWN and not (state == State.AUTHORIZED and awaiting):
+        return None  # queued or executing
+    return mcp_call_answer(subject=subject, invocation_id=invocation_id)
+
+
+def mcp_call_still_running(*, subject: Subject, invocation_id) -> dict:
+    """The answer when waiting ran out (or the outcome is being reconciled): where it stands."""
+    return _in_progress_result(selectors.invocation_get(subject=subject, invocation_id=invocation_id))
+
+
+def _in_progress_result(invocation: Invocation) -> dict:
+    status = "outcome_unknown" if invocation.state == State.OUTCOME_UNKNOWN else "working"
+    text = (
+        f"The call (invocation {invocation.pk}) is {invocation.state}: "
+        + ("it may have happened; a person is checking. Do not retry it. " if status == "outcome_unknown" else "")
+        + f'Check it later with {STATUS_TOOL} {{"invocation_id": "{invocation.pk}"}}.'
+    )
+    return _result(text, {"status": status, "invocation_id": str(invocation.pk), "state": invocation.state})
+
+
+def pending_confirmation_result(invocation: Invocation, confirmation: Confirmation) -> dict:
+    expires_at = confirmation.expires_at.isoformat()
+    text = (
+        f"This call waits for a person to confirm it (invocation {invocation.pk}; the request expires at "
+        f"{expires_at}). Do not call the tool again for this; check the outcome with {STATUS_TOOL} "
+        f'{{"invocation_id": "{invocation.pk}"}}.'
+    )
+    return _result(text, {"status": "pending_confirmation", "invocation_id": str(invocation.pk), "expires_at": expires_at})
+
+
+def mcp_status(*, subject: Subject, arguments: dict | None) -> dict:
+    """The built-in ``toolops.invocation_status``: final → the call's own recorded answer."""
+    invocation_id = (arguments or {}).get("invocation_id")
+    try:
+        invocation_id = uuid.UUID(invocation_id)
+    except (TypeError, ValueError, AttributeError):
+        return _result('invocation_id (a UUID) is required: {"invocation_id": "<uuid>"}', None, is_error=True)
+    try:
+        answer = mcp_call_answer(subject=subject, invocation_id=invocation_id)
+    except NotFound:
+        return _result(f"no invocation {invocation_id} for this agent", None, is_error=True)
+    return answer if answer is not None else mcp_call_still_running(subject=subject, invocation_id=invocation_id)
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+def _proposal_id(request: McpRequest) -> str:
+    # The JSON-RPC id is unique only per session (and 2026-07-28 clients restart it), so a
+    # random suffix keeps two clients' calls from being taken as re-posts of one proposal;
+    # exactly-once across re-issues is the idempotency key's job.
+    return f"mcp-{request.request_id}-{uuid.uuid4().hex[:8]}"[:200]
+
+
+def _idempotency_key(request: McpRequest, run: Run, model_call: ModelCall, name: str, raw: bytes, now: datetime) -> str | None:
+    """``_meta["dev.toolops/idempotencyKey"]``, else run + JSON-RPC id + digest (writes only:
+    reads hold no key). The digest is the one admission will compute (same clock)."""
+    explicit = request.meta.get(IDEMPOTENCY_META_KEY)
+    if explicit is not None:
+        if not isinstance(explicit, str) or not 1 <= len(explicit) <= 255 or not set(explicit) <= _KEY_CHARS:
+            raise ApplicationError(f"{IDEMPOTENCY_META_KEY} must be 1–255 visible ASCII characters",
+                                   code="invalid_idempotency_key")
+        return explicit
+    row = _visible_tools(model_call.pk).get(name)
+    if row is None or row.tool_spec.side_effect_class == "read_only":
+        return None
+    context = NormalizationContext(clock=now.astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale)
+    plan = admit(arguments_bytes=raw, tool=tool_view(row.tool_spec), visible_names=[row.tool_ref],
+                 tenant=request.subject.tenant.slug, context=context, limits=parser_limits())
+    if plan.final_state != State.VALIDATED:
+        return None  # rejected: it will claim no key
+    request_part = hashlib.sha256(json.dumps(request.request_id).encode()).hexdigest()[:16]
+    return f"mcp:{run.pk}:{request_part}:{plan.digest}"
+
+
+@functools.lru_cache(maxsize=2048)
+def _visible_tools(model_call_id) -> dict[str, ModelCallTool]:
+    """A model call's visible set by model-facing name and by ``name@version``. Cached per
+    process: a model call's visible set and published ToolSpecs never change."""
+    rows = ModelCallTool.objects.select_related("tool_spec").filter(model_call_id=model_call_id)
+    return {key: row for row in rows for key in (row.model_facing_name, row.tool_ref)}
+
+
+def _result(text: str, structured: dict | None, *, is_error: bool = False) -> dict:
+    result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
+    if structured is not None:
+        result["structuredContent"] = structured
+    return result
+
+
+def _error_result(exc: ApplicationError) -> dict:
+    """A refusal that is not a recorded state (key reuse, budget, ended run): isError, with a code."""
+    error = {"code": exc.code, "message": str(exc), **({"detail": exc.extra} if exc.extra else {})}
+    return _result(json.dumps({"ok": False, "error": error}, ensure_ascii=False, sort_keys=True),
+                   {"ok": False, "error": error}, is_error=True)
+
+
+def _protocol_error(exc: ApplicationError) -> MCPError:
+    return MCPError(types.INVALID_REQUEST, str(exc), data={"code": exc.code, **(exc.extra or {})})

@@ -1,0 +1,41 @@
+"""Bearer tokens for the MCP front door: the same ToolOps API tokens as the REST API.
+
+The SDK's ``BearerAuthBackend`` asks this verifier; a missing or unknown token leaves the
+request unauthenticated and the SDK's ``RequireAuthMiddleware`` answers 401 with
+``WWW-Authenticate: Bearer …, resource_metadata="<RFC 9728 document>"``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from mcp.server.auth.provider import AccessToken
+
+from specs_app.models import Subject
+
+from ..auth import api_token_verify
+from .db import in_db_thread
+
+SUBJECT_CLAIM = "dev.toolops/subject"
+
+
+class ApiTokenVerifier:
+    """``mcp.server.auth.provider.TokenVerifier`` over ToolOps' hashed API tokens."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        if not token.isascii():
+            return None
+        found = await in_db_thread(api_token_verify, secret=token)
+        if found is None:
+            return None
+        subject = found.subject
+        return AccessToken(
+            # client_id + subject identify the principal: an MCP session opened with one
+            # subject's token cannot be used with another's (the SDK compares them).
+            token=token, client_id=f"toolops-token-{found.pk}", subject=str(subject.pk), scopes=[],
+            claims={"tenant": subject.tenant.slug, SUBJECT_CLAIM: subject},
+        )
+
+
+def request_subject(request: Any) -> Subject:
+    """The subject the SDK's auth middleware attached to this HTTP request."""
+    return request.scope["user"].access_token.claims[SUBJECT_CLAIM]

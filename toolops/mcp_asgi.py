@@ -1,0 +1,16 @@
+"""ASGI entry of the MCP front door: ``uvicorn toolops.mcp_asgi:app --host … --port …``.
+
+Its own process (not mounted in Django's ASGI app, which refuses the lifespan events the MCP
+SDK's session manager runs on). Django is set up first so the handlers can use the ORM and
+the domain services; see ``invocations_app/mcp``.
+"""
+import os
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
+django.setup()
+
+from invocations_app.mcp.server import build_app  # noqa: E402  (needs the apps loaded above)
+
+app = build_app()
