@@ -329,7 +329,7 @@ class Attempt(models.Model):
     # is gone (SPEC §5: "abandoned" is never merely "slow"). Null on attempts from before leases.
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # The idempotency key / client reference the remote saw: derived per tenant, never the raw key.
-    remote_key = models.CharField(max_length=100, blank=True)
+    remote_key = models.CharField(max_length=100, blank=True, default="")
     commit = models.CharField(max_length=16, blank=True)
     failure_class = models.CharField(max_length=32, blank=True)
     outcome = models.JSONField(default=dict, blank=True)

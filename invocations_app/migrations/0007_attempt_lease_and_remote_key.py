@@ -18,6 +18,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='attempt',
             name='remote_key',
-            field=models.CharField(blank=True, max_length=100),
+            field=models.CharField(blank=True, default='', max_length=100),
         ),
     ]

@@ -17,7 +17,7 @@ import httpx2
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.integration.conftest import Worker, demo_agent, demo_services, wait_for, worker, worker_env  # noqa: F401
+from tests.integration.conftest import Worker, demo_agent, demo_services, module_worker, wait_for, worker, worker_env  # noqa: F401
 
 DEMO_TOKEN = "tko_integration_token"
 
