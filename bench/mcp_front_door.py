@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/toolops_bench_mcp \\
     REDIS_URL=redis://127.0.0.1:6379/0 CELERY_BROKER_URL=redis://127.0.0.1:6379/5 \\
-    .venv/bin/python bench/mcp.py            # BENCH_SMOKE=1: a few calls, < 30 s
+    .venv/bin/python bench/mcp_front_door.py            # BENCH_SMOKE=1: a few calls, < 30 s
 
 Real processes: the MCP server (``uvicorn toolops.mcp_asgi:app``), a Celery worker (prefork,
 concurrency 2), the demo services. One client process runs the official ``mcp`` SDK ``Client``
@@ -37,7 +37,7 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, this file's folder leads sys.path and "bench/mcp.py" would shadow the mcp SDK.
+# Run as a script, this file's folder leads sys.path and "bench/mcp_front_door.py" would shadow the mcp SDK.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
