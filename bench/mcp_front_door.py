@@ -150,9 +150,11 @@ def main() -> None:
     if not settings.CELERY_BROKER_URL.startswith("redis") or connection.vendor != "postgresql":
         raise SystemExit("needs PostgreSQL (DATABASE_URL) and a Redis broker (CELERY_BROKER_URL)")
     call_command("migrate", verbosity=0)
-    load_demo(token=TOKEN)
     (ROOT / "var").mkdir(exist_ok=True)
     procs, demo_url, mcp_url = start(dict(os.environ), args.inline)
+    # The demo grants' URL scopes name the demo services' address ({base}): this run's port.
+    settings.TOOLOPS_DEMO_SERVICES_URL = demo_url
+    load_demo(token=TOKEN)
     try:
         if not SMOKE:
             time.sleep(3)  # let the worker finish starting before the warm-up

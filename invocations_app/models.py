@@ -36,7 +36,7 @@ class Run(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     # The MCP front door's key for a run it opened: "session:<Mcp-Session-Id>" or
     # "day:<YYYY-MM-DD>" (stateless clients); blank for runs opened over the REST API.
-    mcp_key = models.CharField(max_length=200, blank=True)
+    mcp_key = models.CharField(max_length=200, blank=True, default="")
     trace_id = models.CharField(max_length=32)
     created_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True)

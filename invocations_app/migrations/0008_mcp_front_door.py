@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='run',
             name='mcp_key',
-            field=models.CharField(blank=True, max_length=200),
+            field=models.CharField(blank=True, default='', max_length=200),
         ),
         migrations.AddConstraint(
             model_name='run',
