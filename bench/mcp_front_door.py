@@ -152,10 +152,10 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     (ROOT / "var").mkdir(exist_ok=True)
     procs, demo_url, mcp_url = start(dict(os.environ), args.inline)
-    # The demo grants' URL scopes name the demo services' address ({base}): this run's port.
-    settings.TOOLOPS_DEMO_SERVICES_URL = demo_url
-    load_demo(token=TOKEN)
     try:
+        # The demo grants' URL scopes name the demo services' address ({base}): this run's port.
+        settings.TOOLOPS_DEMO_SERVICES_URL = demo_url
+        load_demo(token=TOKEN)
         if not SMOKE:
             time.sleep(3)  # let the worker finish starting before the warm-up
         results = asyncio.run(measure(mcp_url, f"{demo_url}/web/pages/small", args.n, args.pending_n))

@@ -74,7 +74,7 @@ def tool_secrets() -> dict[str, str]:
     return dict(getattr(settings, "TOOLOPS_TOOL_SECRETS", {}) or {})
 
 
-def secret_values(config: dict | None = None) -> list[str]:
+def secret_values() -> list[str]:
     """Every configured tool credential (for redaction).
 
     All of them, not only those this tool sends: a hostile remote may echo any credential it

@@ -51,15 +51,6 @@ def remote_idempotency_key(ctx) -> str:
     return ctx.remote_key
 
 
-def secret_values(config: dict) -> list[str]:
-    """The credential value this config refers to (for redaction of what the tool echoes)."""
-    try:
-        header = credential_headers(config.get("credential") or "").get("Authorization", "")
-    except ValidationError:  # an unresolvable reference has no value to redact
-        return []
-    return [header.split(" ", 1)[1]] if header else []
-
-
 def _not_committed(ctx) -> str:
     return Commit.NOT_APPLICABLE if ctx.side_effect_class == "read_only" else Commit.NOT_COMMITTED
 

@@ -341,6 +341,7 @@ def _attempt(a) -> dict:
         "number": a.number, "attempt_id": a.span_id, "started_at": a.started_at.isoformat(),
         "sent_at": a.sent_at.isoformat() if a.sent_at else None, "ended_at": a.ended_at.isoformat() if a.ended_at else None,
         "commit": a.commit or None, "failure_class": a.failure_class or None, "decision": a.decision or None,
+        "remote_key": a.remote_key or None,
     }
 
 
@@ -440,7 +441,8 @@ class AttemptOut(serializers.Serializer):
     ended_at = serializers.DateTimeField(allow_null=True)
     commit = serializers.CharField(allow_null=True)
     failure_class = serializers.CharField(allow_null=True)
-    decision = serializers.CharField(allow_null=True)
+    decision = serializers.DictField(allow_null=True, help_text="the retry decision after this attempt: action, reason, delay")
+    remote_key = serializers.CharField(allow_null=True, help_text="the idempotency key the remote was sent (derived per tenant)")
 
 
 class AuthorizationOut(serializers.Serializer):

@@ -23,7 +23,7 @@ PAGE_BYTES = 16384
 
 def result_policy(invocation: Invocation) -> ResultPolicy:
     spec = invocation.tool_spec
-    secrets = executors.secret_values(spec.executor or {}) if spec else []
+    secrets = executors.secret_values()
     return ResultPolicy.from_dict((spec.result_policy if spec else None) or None, secrets=secrets)
 
 

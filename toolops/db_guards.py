@@ -36,6 +36,38 @@ def _edge_list() -> str:
     return ", ".join(f"'{src.value}>{dst.value}'" for src, dst in sorted(ALL_EDGES))
 
 
+def _state_edge_guard(vendor: str, *, name: str, table: str, edges: str, what: str) -> list[str]:
+    """A trigger refusing any ``state`` change of ``table`` outside ``edges`` (``'SRC>DST', …``).
+
+    One shape for every lifecycle kept as a table of edges (invocations, imported MCP tools).
+    """
+    if vendor == "postgresql":
+        return [
+            f"""
+        CREATE OR REPLACE FUNCTION {name}() RETURNS trigger AS $$
+        BEGIN
+          IF NEW.state IS DISTINCT FROM OLD.state
+             AND (OLD.state || '>' || NEW.state) NOT IN ({edges}) THEN
+            RAISE EXCEPTION '{what} % -> % is not allowed', OLD.state, NEW.state
+              USING ERRCODE = 'check_violation';
+          END IF;
+          RETURN NEW;
+        END $$ LANGUAGE plpgsql""",
+            f"""CREATE TRIGGER {name} BEFORE UPDATE OF state ON {table}
+            FOR EACH ROW EXECUTE FUNCTION {name}()""",
+        ]
+    if vendor == "sqlite":
+        return [f"""CREATE TRIGGER {name} BEFORE UPDATE OF state ON {table}
+            WHEN NEW.state IS NOT OLD.state AND (OLD.state || '>' || NEW.state) NOT IN ({edges})
+            BEGIN SELECT RAISE(ABORT, '{what} is not allowed'); END"""]
+    raise RuntimeError(f"ToolOps supports PostgreSQL and SQLite, not {vendor}")
+
+
+def _invocation_state_guard(vendor: str) -> list[str]:
+    return _state_edge_guard(vendor, name="invocations_invocation_guard_state", table=INVOCATION_TABLE,
+                             edges=_edge_list(), what="invocation state edge")
+
+
 BIRTH_TRIGGER = "invocations_invocation_guard_birth"
 
 
@@ -56,19 +88,7 @@ def _sqlite_birth_trigger() -> str:
 
 def _postgres_sql() -> list[str]:
     changed = " OR ".join(f"NEW.{c} IS DISTINCT FROM OLD.{c}" for c in TOOLSPEC_IMMUTABLE_COLUMNS)
-    return [
-        f"""
-        CREATE OR REPLACE FUNCTION invocations_invocation_guard_state() RETURNS trigger AS $$
-        BEGIN
-          IF NEW.state IS DISTINCT FROM OLD.state
-             AND (OLD.state || '>' || NEW.state) NOT IN ({_edge_list()}) THEN
-            RAISE EXCEPTION 'invocation state edge % -> % is not allowed (SPEC 2)', OLD.state, NEW.state
-              USING ERRCODE = 'check_violation';
-          END IF;
-          RETURN NEW;
-        END $$ LANGUAGE plpgsql""",
-        f"""CREATE TRIGGER invocations_invocation_guard_state BEFORE UPDATE OF state ON {INVOCATION_TABLE}
-            FOR EACH ROW EXECUTE FUNCTION invocations_invocation_guard_state()""",
+    return _invocation_state_guard("postgresql") + [
         f"""
         CREATE OR REPLACE FUNCTION {BIRTH_TRIGGER}() RETURNS trigger AS $$
         BEGIN
@@ -103,10 +123,7 @@ def _postgres_sql() -> list[str]:
 def _sqlite_sql() -> list[str]:
     changed = " OR ".join(f"NEW.{c} IS NOT OLD.{c}" for c in TOOLSPEC_IMMUTABLE_COLUMNS)
     # No DELETE guard on SQLite events: Django flushes SQLite test databases with DELETE.
-    return [
-        f"""CREATE TRIGGER invocations_invocation_guard_state BEFORE UPDATE OF state ON {INVOCATION_TABLE}
-            WHEN NEW.state IS NOT OLD.state AND (OLD.state || '>' || NEW.state) NOT IN ({_edge_list()})
-            BEGIN SELECT RAISE(ABORT, 'invocation state edge is not allowed (SPEC 2)'); END""",
+    return _invocation_state_guard("sqlite") + [
         _sqlite_birth_trigger(),
         f"""CREATE TRIGGER invocations_event_append_only BEFORE UPDATE ON {EVENT_TABLE}
             BEGIN SELECT RAISE(ABORT, 'events are append-only'); END""",
@@ -194,27 +211,10 @@ def _watch_edge_list() -> str:
 
 
 def install_upstream_watch(apps, schema_editor) -> None:
-    vendor = schema_editor.connection.vendor
     uninstall_upstream_watch(apps, schema_editor)
-    if vendor == "postgresql":
-        schema_editor.execute(f"""
-            CREATE OR REPLACE FUNCTION specs_upstreamtool_guard_state() RETURNS trigger AS $$
-            BEGIN
-              IF NEW.state IS DISTINCT FROM OLD.state
-                 AND (OLD.state || '>' || NEW.state) NOT IN ({_watch_edge_list()}) THEN
-                RAISE EXCEPTION 'upstream tool watch edge % -> % is not allowed', OLD.state, NEW.state
-                  USING ERRCODE = 'check_violation';
-              END IF;
-              RETURN NEW;
-            END $$ LANGUAGE plpgsql""", params=None)
-        schema_editor.execute(f"""CREATE TRIGGER specs_upstreamtool_guard_state BEFORE UPDATE OF state ON {UPSTREAMTOOL_TABLE}
-            FOR EACH ROW EXECUTE FUNCTION specs_upstreamtool_guard_state()""", params=None)
-    elif vendor == "sqlite":
-        schema_editor.execute(f"""CREATE TRIGGER specs_upstreamtool_guard_state BEFORE UPDATE OF state ON {UPSTREAMTOOL_TABLE}
-            WHEN NEW.state IS NOT OLD.state AND (OLD.state || '>' || NEW.state) NOT IN ({_watch_edge_list()})
-            BEGIN SELECT RAISE(ABORT, 'upstream tool watch edge is not allowed'); END""", params=None)
-    else:
-        raise RuntimeError(f"ToolOps supports PostgreSQL and SQLite, not {vendor}")
+    for sql in _state_edge_guard(schema_editor.connection.vendor, name="specs_upstreamtool_guard_state",
+                                 table=UPSTREAMTOOL_TABLE, edges=_watch_edge_list(), what="upstream tool watch edge"):
+        schema_editor.execute(sql, params=None)
 
 
 def uninstall_upstream_watch(apps, schema_editor) -> None:

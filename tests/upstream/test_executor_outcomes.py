@@ -95,7 +95,7 @@ def test_the_credential_value_is_known_for_redaction(specs):
     from .conftest import NOTES_SECRET
 
     # Every configured credential is redacted (a hostile remote may echo any it saw), this one too.
-    assert NOTES_SECRET in executors.secret_values(specs["notes.create"].executor)
+    assert NOTES_SECRET in executors.secret_values()
 
 
 def test_a_missing_credential_refuses_before_sending(specs, notes, settings):
