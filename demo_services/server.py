@@ -779,7 +779,10 @@ def serve(host: str = "127.0.0.1", port: int = 8765, data_dir: Path | str = DEFA
         raise KeyboardInterrupt  # unwinds serve_forever the same way Ctrl-C does
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
+        # SIGINT too: a process started in the background by a non-interactive shell inherits
+        # SIGINT as ignored, and Python then never raises KeyboardInterrupt for it.
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, stop)
     (on_ready or print)(server.base_url)
     try:
         server.serve_forever()
