@@ -89,7 +89,8 @@ def _ready_to_claim() -> Q:
     confirmations = Confirmation.objects.filter(invocation_id=OuterRef("pk"))
     approved = Exists(confirmations.filter(state=Confirmation.Status.APPROVED)) & ~Exists(
         confirmations.filter(state=Confirmation.Status.PENDING))
-    needs_no_person = ~Q(authorization__decision="confirm")
+    # SQL: a missing key compares as NULL, and NOT NULL is not true; hence the explicit isnull.
+    needs_no_person = ~Q(authorization__decision="confirm") | Q(authorization__decision__isnull=True)
     return Q(state=State.PREPARED) | (
         Q(state=State.AUTHORIZED, tool_spec__side_effect_class="read_only") & (needs_no_person | approved)
     )
