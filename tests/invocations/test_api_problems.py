@@ -25,6 +25,10 @@ from django.utils import timezone
 
 from invocations_app import selectors
 from invocations_app.dispatch import ready_invocations_sweep
+from invocations_app.mcp.calls import McpRequest, mcp_tool_call
+from invocations_app.models import Invocation
+from specs_app.demo import load_demo
+from specs_app.models import Subject
 from tests.conftest import REPO_ROOT, require_postgres
 from tests.servers import free_port, gunicorn_server, private_postgres, private_redis
 from toolops.celery import app as celery_app
@@ -160,6 +164,19 @@ def test_a_broker_outage_still_admits_201_queued_and_the_sweep_sends_the_call_on
     assert ready_invocations_sweep(now=later + period) == 0  # sent once per period, not every beat
     after = agent.propose(call, name="weather.get_forecast@1", arguments=GOOD_ARGS, proposal_id="after")
     assert after.status_code == 201 and queue.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_mcp_tools_call_during_a_broker_outage_is_admitted_and_waits_for_the_sweep(broker_on_private_redis):
+    """The MCP front door admits through the same service: with the broker down the call is
+    recorded and the client told to wait, not answered with an error."""
+    load_demo(token="tko_mcp_outage_token")
+    agent = Subject.objects.get(name="demo-agent")
+    request = McpRequest(subject=agent, session_id="s-outage", request_id=1, protocol_version="2025-11-25", meta={})
+    broker_on_private_redis.stop()
+    outcome = mcp_tool_call(request=request, name="weather-get_forecast_v1", arguments_bytes=GOOD_ARGS.encode())
+    assert outcome.result is None and outcome.wait_for is not None
+    assert Invocation.objects.get(pk=outcome.wait_for).state == "AUTHORIZED"
 
 
 # --------------------------------------------------------------------------- database outage
