@@ -45,7 +45,9 @@ def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -
             error = {"error_code": "cancelled", "error_message": reason or "cancelled before the commit boundary"}
             invocation_transition(
                 invocation=invocation, src=invocation.state, dst=State.CANCELLED_BEFORE_COMMIT, kind="cancelled",
-                data={"reason": reason}, actor=actor, fields=error, rows=ending_message_rows(invocation, **error),
+                data={"reason": reason}, actor=actor,
+                # next_attempt_at: a stamp the outbox sweep may have left (dispatch.py); nothing is due now.
+                fields={**error, "next_attempt_at": None}, rows=ending_message_rows(invocation, **error),
             )
             # A confirmation still waiting for a human has nothing left to decide.
             Confirmation.objects.filter(invocation=invocation, state=Confirmation.Status.PENDING).update(

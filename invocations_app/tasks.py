@@ -12,8 +12,6 @@ work, so no ETA ever outlives the visibility timeout and runs twice.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
-
 from celery import shared_task
 from django.utils import timezone
 
@@ -22,7 +20,7 @@ from toolops.runtime.tracecontext import parse_traceparent
 from toolops.tracelog import trace_scope
 
 from .confirmations import confirmations_expire_due
-from .dispatch import EXECUTE_TASK, enqueue_execution, execution_send
+from .dispatch import EXECUTE_TASK, enqueue_execution, ready_invocations_sweep
 from .execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
 
@@ -63,18 +61,11 @@ def _execute(invocation_id: str) -> str:
 
 @shared_task(name="invocations.enqueue_due", ignore_result=True)
 def executions_enqueue_due_task() -> int:
-    """Periodic: re-enqueue retries that are due, and recover attempts whose worker died."""
+    """Periodic: recover attempts whose worker died (lease lapsed), then the outbox sweep sends
+    every call that should be running and has no live task (dispatch.ready_invocations_sweep)."""
     for attempt in stale_open_attempts():
         recover_abandoned(invocation=attempt.invocation, attempt=attempt)
-    now = timezone.now()
-    due = Invocation.objects.filter(state=State.EXECUTING, next_attempt_at__lte=now).values_list("pk", flat=True)
-    # A ready invocation whose message was lost (broker restart) is picked up again after a
-    # minute; a duplicate message is harmless, the claim admits one.
-    lost = Invocation.objects.filter(state=State.PREPARED, updated_at__lte=now - timedelta(minutes=1)).values_list("pk", flat=True)
-    ids = list(due[:500]) + list(lost[:100])
-    for pk in ids:
-        execution_send(pk)
-    return len(ids)
+    return ready_invocations_sweep()
 
 
 @shared_task(name="invocations.reconcile", ignore_result=True)

@@ -12,6 +12,7 @@ from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger, task_postrun, task_prerun, worker_init
 from django.conf import settings
 from django.db import close_old_connections
+from kombu.transport import redis as kombu_redis
 
 from toolops.log_redaction import install_on_handlers
 
@@ -25,6 +26,29 @@ app.autodiscover_tasks()
 app.set_default()
 
 logger = logging.getLogger(__name__)
+
+
+def _restore_unacked_unless_collected(restore_unacked):
+    """Celery 5.7's worker, on losing its Redis connection, collects the kombu transport and only
+    then closes the channel; the channel's close restores unacknowledged messages through a new
+    client of that collected transport and raises ``AttributeError`` ('NoneType' object has no
+    attribute 'hostname'), which Celery treats as unrecoverable: the worker exits instead of
+    reconnecting (found by tests/chaos). Skipping the client-side restore loses nothing: with
+    Redis the unacked messages also sit in its unacked hash, restored after the visibility
+    timeout, and the outbox sweep (invocations_app/dispatch.py) resends any call left waiting."""
+
+    def restore(self, client=None):
+        if client is None and self.channel.connection.client is None:
+            logger.warning("broker connection lost: %s unacknowledged message(s) left to Redis and the sweep",
+                           len(self._delivered))
+            self._delivered.clear()
+            return None
+        return restore_unacked(self, client)
+
+    return restore
+
+
+kombu_redis.QoS.restore_unacked = _restore_unacked_unless_collected(kombu_redis.QoS.restore_unacked)
 
 
 def databases_use_persistent_connections(databases: dict, *, conn_max_age: int) -> None:

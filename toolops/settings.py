@@ -313,6 +313,12 @@ TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
 TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
 # One proposals POST may carry at most this many OpenAI tool_calls (more → 413, nothing created).
 TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = env_int("TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST", 64)
+# The outbox sweep (invocations_app/dispatch.py, run by the beat every 2 s): a ready call still
+# unclaimed after this many seconds gets its execution message again (the first was never
+# published or was lost with the broker), at most once per period; so a lost message costs
+# at most about one period. At most TOOLOPS_SWEEP_BATCH calls per sweep.
+TOOLOPS_SWEEP_SECONDS = env_int("TOOLOPS_SWEEP_SECONDS", 10)
+TOOLOPS_SWEEP_BATCH = env_int("TOOLOPS_SWEEP_BATCH", 500)
 # Seconds a client is told to wait (Retry-After) when the database or the broker is unavailable.
 TOOLOPS_OUTAGE_RETRY_AFTER = env_int("TOOLOPS_OUTAGE_RETRY_AFTER", 5)
 
@@ -359,7 +365,8 @@ CELERY_BEAT_SCHEDULE = {
     # The only place confirmations expire (reads never write); a decision on an overdue one is
     # refused either way (confirmations.refuse_if_overdue), and the queue no longer offers it.
     "expire-confirmations": {"task": "invocations.confirmations_expire_due", "schedule": 10.0},
-    # Retries live in the database (next_attempt_at); this re-enqueues the due ones.
+    # Retries live in the database (next_attempt_at); this re-enqueues the due ones, recovers
+    # attempts whose lease lapsed and sweeps ready calls whose message never arrived.
     "enqueue-due-executions": {"task": "invocations.enqueue_due", "schedule": 2.0},
     "reconcile-unknown-outcomes": {"task": "invocations.reconcile", "schedule": 5.0},
     # Imported MCP tools: a changed or vanished upstream definition quarantines its ToolSpec.

@@ -7,9 +7,11 @@ one that is down).
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 
+import redis
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.cache import caches
@@ -40,7 +42,7 @@ class TokenRateThrottle(BaseThrottle):
         self.wait_seconds = max(1, int(window - now % window))
         key = f"throttle:token:{token_id}:{int(now // window)}"
         try:
-            count = _increment(caches["shared"], key, timeout=window + 1)
+            count = _increment("shared", key, timeout=window + 1)
         except CACHE_ERRORS:
             logger.warning("rate-limit cache unavailable: request let through")
             return True
@@ -61,11 +63,20 @@ def _parse_rate(rate: str) -> tuple[int, int]:
         raise ImproperlyConfigured(f"TOOLOPS_API_RATE={rate!r}: use <n>/<s|min|hour|day> or off") from None
 
 
-def _increment(cache, key: str, *, timeout: int) -> int:
-    """The key's new count, created at 1 with ``timeout``; one round trip on Redis."""
+def _increment(alias: str, key: str, *, timeout: int) -> int:
+    """The key's new count, created at 1 with ``timeout``; one round trip on Redis.
+
+    Django's cache API has no "increment, creating if missing" (its ``incr`` checks existence
+    first: two round trips, and ``add`` + ``incr`` three), so on Redis the count goes through a
+    client of our own on the cache's server, under the cache's own key name."""
+    cache = caches[alias]
     if isinstance(cache, RedisCache):
+        config = settings.CACHES[alias]
+        options = config.get("OPTIONS", {})
+        client = _redis_client(_write_server(config["LOCATION"]), options.get("socket_connect_timeout"),
+                               options.get("socket_timeout"))
         full_key = cache.make_and_validate_key(key)
-        pipe = cache._cache.get_client(full_key, write=True).pipeline()  # Django keeps the client here
+        pipe = client.pipeline(transaction=False)
         pipe.incr(full_key)
         pipe.expire(full_key, timeout, nx=True)
         return pipe.execute()[0]
@@ -75,6 +86,18 @@ def _increment(cache, key: str, *, timeout: int) -> int:
     except ValueError:  # expired between add and incr
         cache.add(key, 1, timeout=timeout)
         return 1
+
+
+def _write_server(location) -> str:
+    """Django's RedisCache writes to the first of its servers (a list or a comma-separated string)."""
+    servers = location if isinstance(location, (list, tuple)) else location.split(",")
+    return servers[0].strip()
+
+
+@functools.lru_cache(maxsize=4)
+def _redis_client(url: str, connect_timeout: float | None, timeout: float | None) -> redis.Redis:
+    # One client (and connection pool) per process and server; redis-py reconnects after a fork.
+    return redis.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=timeout)
 
 
 def _login_keys(request, username: str) -> list[str]:

@@ -13,14 +13,22 @@ import secrets
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from unittest import mock
 
 import pytest
+import redis
 import requests
 from django.conf import settings as django_settings
 from django.db import connection
+from django.utils import timezone
 
 from invocations_app import selectors
+from invocations_app.dispatch import ready_invocations_sweep
+from invocations_app.mcp.calls import McpRequest, mcp_tool_call
+from invocations_app.models import Invocation
+from specs_app.demo import load_demo
+from specs_app.models import Subject
 from tests.conftest import REPO_ROOT, require_postgres
 from tests.servers import free_port, gunicorn_server, private_postgres, private_redis
 from toolops.celery import app as celery_app
@@ -129,24 +137,46 @@ def broker_on_private_redis(settings):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_broker_outage_answers_503_with_retry_after_and_reads_keep_working(agent, weather, broker_on_private_redis):
+def test_a_broker_outage_still_admits_201_queued_and_the_sweep_sends_the_call_once_it_is_back(
+        agent, weather, broker_on_private_redis, settings):
+    """Admission never depends on the broker: the call is committed and answered 201 (queued);
+    its message, which could not be published, is sent by the outbox sweep after the outage."""
     run = agent.run()
     call = agent.model_call(run["id"])["id"]
-    before = agent.propose(call, name="weather.get_forecast@1", arguments=GOOD_ARGS, proposal_id="before")
-    assert before.status_code == 201 and before.json()["state"] == "AUTHORIZED"  # enqueued on the private broker
 
     broker_on_private_redis.stop()
     agent.client.raise_request_exception = False
     during = agent.propose(call, name="weather.get_forecast@1", arguments=GOOD_ARGS, proposal_id="during")
-    assert_problem(during, 503, "service_unavailable")
-    assert int(during["Retry-After"]) > 0
+    assert during.status_code == 201, during.content[:300]
+    assert during.json()["state"] == "AUTHORIZED"  # recorded, waiting for a worker
     # Reads need no broker; the rate-limit cache (also down) fails open.
-    assert agent.get(f"/api/v1/invocations/{before.json()['id']}").status_code == 200
+    assert agent.get(f"/api/v1/invocations/{during.json()['id']}").status_code == 200
     assert agent.get(f"/api/v1/runs/{run['id']}").status_code == 200
+    period = timedelta(seconds=settings.TOOLOPS_SWEEP_SECONDS)
+    later = timezone.now() + period
+    assert ready_invocations_sweep(now=later) == 0  # still down: nothing sent, the call keeps waiting
 
     broker_on_private_redis.start()
+    queue = redis.Redis.from_url(broker_on_private_redis.url)
+    assert queue.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 0  # the broker came back empty
+    assert ready_invocations_sweep(now=later + period) == 1
+    assert queue.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 1
+    assert ready_invocations_sweep(now=later + period) == 0  # sent once per period, not every beat
     after = agent.propose(call, name="weather.get_forecast@1", arguments=GOOD_ARGS, proposal_id="after")
-    assert after.status_code == 201, after.content[:300]
+    assert after.status_code == 201 and queue.llen(settings.CELERY_TASK_DEFAULT_QUEUE) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_mcp_tools_call_during_a_broker_outage_is_admitted_and_waits_for_the_sweep(broker_on_private_redis):
+    """The MCP front door admits through the same service: with the broker down the call is
+    recorded and the client told to wait, not answered with an error."""
+    load_demo(token="tko_mcp_outage_token")
+    agent = Subject.objects.get(name="demo-agent")
+    request = McpRequest(subject=agent, session_id="s-outage", request_id=1, protocol_version="2025-11-25", meta={})
+    broker_on_private_redis.stop()
+    outcome = mcp_tool_call(request=request, name="weather-get_forecast_v1", arguments_bytes=GOOD_ARGS.encode())
+    assert outcome.result is None and outcome.wait_for is not None
+    assert Invocation.objects.get(pk=outcome.wait_for).state == "AUTHORIZED"
 
 
 # --------------------------------------------------------------------------- database outage
