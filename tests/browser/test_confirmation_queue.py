@@ -5,11 +5,11 @@ from datetime import timedelta
 
 import pytest
 from django.db.models import Case, F, When
-from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Confirmation
 from tests.builders import (
+    allow_approving,
     CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant,
 )
 from tests.conftest import REPO_ROOT
@@ -41,7 +41,7 @@ def pending(calendar, planner) -> Confirmation:
 
 def test_it_lets_an_approver_approve_the_pending_calendar_call(login, live_server, calendar, planner, pending):
     approver = make_staff(username="approver")
-    assign_perm("specs_app.approve_toolspec", approver, calendar)
+    allow_approving(user=approver, spec=calendar)
     page = login(approver)
     page.goto(live_server.url + QUEUE)
 
