@@ -7,13 +7,12 @@ from unittest import mock
 
 import pytest
 from django.utils import timezone
-from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Event, ToolMessage
 from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import event_append
-from tests.builders import allow_resolving, CALENDAR_ARGS, PASSWORD, make_demo_spec, make_staff
+from tests.builders import allow_approving, allow_resolving, CALENDAR_ARGS, PASSWORD, make_demo_spec, make_staff
 from tests.conftest import REPO_ROOT
 from tests.invocations.test_support_console import (
     PAYMENT_ARGS, make_finance_agent, make_planner, make_unknown,
@@ -135,7 +134,8 @@ def test_it_lets_support_look_up_then_mark_an_unknown_transfer_not_committed(log
 def test_it_hides_the_call_from_a_user_without_resolve_and_refuses_their_posts(login, live_server, payments, finance):
     unknown = make_unknown(finance, payments, PAYMENT_ARGS)
     stranger = make_staff(username="stranger")
-    assign_perm("specs_app.approve_toolspec", stranger, make_demo_spec(name="calendar.create_event"))
+    # An approver of another tool in the call's tenant: refused (403), not hidden (404).
+    allow_approving(user=stranger, spec=make_demo_spec(name="calendar.create_event"), tenant=unknown.tenant)
     page = login(stranger)
     page.goto(live_server.url + QUEUE)
     expect(page.get_by_test_id("queue-empty")).to_be_visible()
