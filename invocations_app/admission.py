@@ -78,6 +78,10 @@ def proposal_admit(
         _take_tool_call(run, model_call, proposal_id, name, arguments_bytes)
     now = now or timezone.now()
     spec, visible, null_as_absent = _lookup_visible(model_call.pk, name)
+    if spec is not None and spec.tenant_id not in (None, subject.tenant_id):
+        # Another tenant's tool (only reachable if ownership changed after the listing):
+        # answered exactly like a name the model was never shown.
+        spec, null_as_absent = None, ()
     context = NormalizationContext(clock=now.astimezone(ZoneInfo(run.timezone)), timezone=run.timezone, locale=run.locale)
     limits = parser_limits()
     plan = admit(

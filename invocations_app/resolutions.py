@@ -1,7 +1,8 @@
 """Support staff resolving unknown outcomes (SPEC §7): look up, mark committed / not committed, re-send.
 
 An invocation in OUTCOME_UNKNOWN may have acted on the world. A support person with
-django-guardian's ``specs_app.resolve_toolspec`` on its ToolSpec (superusers always) settles it:
+django-guardian's ``specs_app.resolve_toolspec`` on its ToolSpec *and* ``specs_app.resolve_calls``
+on its tenant (each as an object permission or model-wide; superusers always) settles it:
 
 * **look up now** (``resolution_lookup``) asks the tool through the executor's lookup and records
   the answer as a ``support_lookup`` event. No state changes: the person reads the answer first.
@@ -47,7 +48,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
-from specs_app.models import ToolSpec
+from specs_app.models import Tenant, ToolSpec
+from specs_app.selectors import RESOLVE_CALLS, tenants_for_user
 from toolops.errors import ApplicationError, Conflict
 from toolops.runtime.execution import Commit, LookupOutcome
 from toolops.runtime.states import State
@@ -137,15 +139,23 @@ def resolvable_toolspecs(*, user) -> QuerySet[ToolSpec]:
     return get_objects_for_user(user, RESOLVE_PERMISSION, klass=ToolSpec)
 
 
+def resolvable_tenants(*, user) -> QuerySet[Tenant]:
+    """Tenants whose unknown outcomes ``user`` may resolve (with ``resolvable_toolspecs``: the scope is the pair)."""
+    return tenants_for_user(user=user, permission=RESOLVE_CALLS)
+
+
 def can_resolve(*, user, invocation: Invocation) -> bool:
     if not (user.is_authenticated and user.is_active) or invocation.tool_spec_id is None:
         return False
-    return user.is_superuser or resolvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
+    return user.is_superuser or (
+        resolvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
+        and resolvable_tenants(user=user).filter(pk=invocation.tenant_id).exists()
+    )
 
 
 def _require_resolver(user, invocation: Invocation) -> None:
     if not can_resolve(user=user, invocation=invocation):
-        raise PermissionDenied("you may not resolve unknown outcomes of this tool")
+        raise PermissionDenied("you may not resolve unknown outcomes of this tool in this tenant")
 
 
 def _required(value: str | None, *, code: str, what: str) -> str:

@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from guardian.admin import ReinforcedGuardedModelAdmin
 
 from toolops.runtime.mcp_definitions import definition_diff
 
@@ -27,6 +28,7 @@ from .services import (
     api_token_issue, api_token_revoke, grant_create, grant_revoke, grant_set_expiry, grant_tenants_for_user,
     grant_validate, toolspec_new_version, toolspec_publish, toolspec_retire,
 )
+from .selectors import MANAGE_TOOLSPECS, tenants_for_user
 
 # The one admin site is the ToolOps console (set here: this module is loaded by autodiscovery).
 admin.site.site_header = "ToolOps console"
@@ -39,7 +41,11 @@ def pretty_json(value) -> str:
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(ReinforcedGuardedModelAdmin):
+    """Tenants; a tenant's page links to "Object permissions" (django-guardian), where a superuser
+    (or holder of guardian's own object-permission model permissions) gives people or groups ``approve_calls``, ``resolve_calls``, ``view_calls``,
+    ``manage_grants_tenant`` or ``manage_toolspecs_tenant`` on that tenant."""
+
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
@@ -129,13 +135,55 @@ class UpstreamToolInline(admin.StackedInline):
 
 
 @admin.register(ToolSpec)
-class ToolSpecAdmin(admin.ModelAdmin):
+class ToolSpecAdmin(ReinforcedGuardedModelAdmin):
+    """ToolSpecs, global or owned by a tenant. Besides the model permissions, editing needs
+    ``manage_toolspecs_tenant``: on the owning tenant for a tenant's tool, model-wide (platform)
+    for a global one. Others see the global tools and their own tenants' tools, read-only.
+    A ToolSpec's "Object permissions" page gives ``approve_toolspec`` / ``resolve_toolspec``."""
+
     inlines = [UpstreamToolInline]
-    list_display = ["name", "version", "status", "side_effect_class", "published_at"]
-    list_filter = ["status", "side_effect_class"]
+    list_display = ["name", "version", "tenant", "status", "side_effect_class", "published_at"]
+    list_filter = ["status", "side_effect_class", ("tenant", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["name", "title", "description"]
     actions = ["publish", "retire", "new_version"]
     save_as = False
+
+    # --- scoping: global tools for the platform, a tenant's tools for that tenant's tool admins ---
+    def _managed(self, request) -> tuple[bool, set]:
+        """(platform-wide?, ids of tenants whose tools the user may edit), computed once per request."""
+        if not hasattr(request, "_toolops_tool_tenants"):
+            platform = request.user.is_superuser or request.user.has_perm(MANAGE_TOOLSPECS)
+            ids = set() if platform else set(tenants_for_user(user=request.user, permission=MANAGE_TOOLSPECS).values_list("pk", flat=True))
+            request._toolops_tool_tenants = (platform, ids)
+        return request._toolops_tool_tenants
+
+    def _may_edit(self, request, obj) -> bool:
+        platform, ids = self._managed(request)
+        return platform or (obj is not None and obj.tenant_id in ids)
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request).select_related("tenant")
+        platform, ids = self._managed(request)
+        return qs if platform else qs.filter(Q(tenant__isnull=True) | Q(tenant_id__in=ids))
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "tenant":
+            platform, ids = self._managed(request)
+            kwargs["queryset"] = Tenant.objects.all() if platform else Tenant.objects.filter(pk__in=ids)
+            kwargs["required"] = not platform  # only the platform makes global tools
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def has_add_permission(self, request):
+        platform, ids = self._managed(request)
+        return super().has_add_permission(request) and (platform or bool(ids))
+
+    def has_change_permission(self, request, obj=None):
+        return super().has_change_permission(request, obj) and (obj is None or self._may_edit(request, obj))
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        platform, ids = self._managed(request)
+        return actions if platform or ids else {}
 
     def get_readonly_fields(self, request, obj=None):
         if obj and obj.is_published:
@@ -153,7 +201,8 @@ class ToolSpecAdmin(admin.ModelAdmin):
         return pretty_json(obj.input_schema)
 
     def has_delete_permission(self, request, obj=None):
-        return bool(obj is None or not obj.is_published) and super().has_delete_permission(request, obj)
+        return (bool(obj is None or not obj.is_published) and super().has_delete_permission(request, obj)
+                and (obj is None or self._may_edit(request, obj)))
 
     def save_model(self, request, obj, form, change):
         if not change:
@@ -163,9 +212,17 @@ class ToolSpecAdmin(admin.ModelAdmin):
         except IntegrityError as exc:  # the DB trigger refusing a change to a published version
             self.message_user(request, f"Not saved: {exc}", messages.ERROR)
 
+    def _editable(self, request, queryset):
+        """The selected specs this user may edit; the others are named and skipped."""
+        specs = list(queryset)
+        refused = [spec.ref for spec in specs if not self._may_edit(request, spec)]
+        if refused:
+            self.message_user(request, f"Not yours to change: {', '.join(refused)}", messages.ERROR)
+        return [spec for spec in specs if spec.ref not in refused]
+
     @admin.action(description="Publish selected drafts (immutable afterwards)")
     def publish(self, request, queryset):
-        for spec in queryset:
+        for spec in self._editable(request, queryset):
             try:
                 toolspec_publish(spec=spec)
                 self.message_user(request, f"Published {spec.ref}.")
@@ -174,13 +231,14 @@ class ToolSpecAdmin(admin.ModelAdmin):
 
     @admin.action(description="Retire selected versions (no longer offered to new model calls)")
     def retire(self, request, queryset):
-        for spec in queryset:
+        specs = self._editable(request, queryset)
+        for spec in specs:
             toolspec_retire(spec=spec)
-        self.message_user(request, f"Retired {queryset.count()} version(s).")
+        self.message_user(request, f"Retired {len(specs)} version(s).")
 
     @admin.action(description="New draft version from this")
     def new_version(self, request, queryset):
-        for spec in queryset:
+        for spec in self._editable(request, queryset):
             draft = toolspec_new_version(spec=spec, user=request.user)
             self.message_user(request, f"Created draft {draft.ref} from {spec.ref}.")
 

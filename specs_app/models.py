@@ -21,8 +21,16 @@ class Tenant(models.Model):
 
     class Meta:
         ordering = ["slug"]
-        # Held per tenant (django-guardian object permission) by tenant admins.
-        permissions = [("manage_grants_tenant", "Can grant capabilities inside this tenant")]
+        # Held per tenant (django-guardian object permissions); held model-wide they cover every
+        # tenant (platform staff). Approving/resolving also needs the ToolSpec's own permission
+        # (approve_toolspec / resolve_toolspec): the scope is (tenant, ToolSpec).
+        permissions = [
+            ("manage_grants_tenant", "Can grant capabilities inside this tenant"),
+            ("approve_calls", "Can approve confirmations of this tenant's calls"),
+            ("resolve_calls", "Can resolve unknown outcomes of this tenant's calls"),
+            ("view_calls", "Can see this tenant's calls (dashboard, call records)"),
+            ("manage_toolspecs_tenant", "Can edit ToolSpecs owned by this tenant (model-wide: also global ones)"),
+        ]
 
     def __str__(self) -> str:
         return self.slug
@@ -90,6 +98,12 @@ class ToolSpec(models.Model):
 
     name = models.CharField(max_length=120)
     version = models.PositiveIntegerField()
+    # Empty: a global tool (platform admins), listed to every tenant. Set: listed to, granted in
+    # and callable by that tenant only. Names stay unique across tenants, so a ref is unambiguous.
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.PROTECT, related_name="toolspecs",
+        help_text="empty: a global tool, listed to every tenant; set: owned by and listed to that tenant only",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.DRAFT)
     title = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True)

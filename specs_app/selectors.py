@@ -5,25 +5,48 @@ from datetime import datetime
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
+from guardian.shortcuts import get_objects_for_user
 
 from toolops.db_batch import select_rows
 from toolops.runtime.admission import ToolView
 from toolops.runtime.authorization import GrantSnapshot, Limits
 from toolops.runtime.rendering import RenderableTool
 
-from .models import Capability, Grant, Subject, ToolSpec
+from .models import Capability, Grant, Subject, Tenant, ToolSpec
 
 # A capability's id and operation class are fixed when it is created (the admin makes the class
 # read-only), so a found one can be cached for the life of the process; a missing one is not.
 _CAPABILITIES: dict[str, tuple[int, str]] = {}
 
 
-def toolspecs_visible_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
-    """Published (not retired, not draft) ToolSpec versions the subject may be shown.
+# Tenant object permissions (django-guardian). Held model-wide, each covers every tenant.
+APPROVE_CALLS = "specs_app.approve_calls"
+RESOLVE_CALLS = "specs_app.resolve_calls"
+VIEW_CALLS = "specs_app.view_calls"
+MANAGE_TOOLSPECS = "specs_app.manage_toolspecs_tenant"
 
-    Every published tool is visible for now; capability grants narrow what may *run*.
+
+def tenants_for_user(*, user, permission: str | list[str]) -> QuerySet[Tenant]:
+    """Tenants on which ``user`` holds ``permission`` (any of a list): as a guardian object
+    permission, or model-wide (every tenant); superusers hold every permission on every tenant."""
+    if not (user.is_authenticated and user.is_active):  # guardian has no anonymous user here
+        return Tenant.objects.none()
+    return get_objects_for_user(user, permission, klass=Tenant, any_perm=isinstance(permission, list))
+
+
+def toolspec_scope_q(*, tenant_id) -> Q:
+    """ToolSpecs one tenant may see: the global ones and its own."""
+    return Q(tenant__isnull=True) | Q(tenant_id=tenant_id)
+
+
+def toolspecs_visible_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
+    """Published (not retired, not draft) ToolSpec versions the subject may be shown: the global
+    ones and those its tenant owns, never another tenant's.
+
+    Capability grants narrow what may *run*.
     """
-    return ToolSpec.objects.filter(status=ToolSpec.Status.PUBLISHED).order_by("name", "version")
+    return (ToolSpec.objects.filter(status=ToolSpec.Status.PUBLISHED)
+            .filter(toolspec_scope_q(tenant_id=subject.tenant_id)).order_by("name", "version"))
 
 
 def toolspecs_granted_to_subject(*, subject: Subject, now: datetime | None = None) -> list[ToolSpec]:

@@ -19,6 +19,7 @@ from toolops.runtime.tool_messages import ResultPolicy
 from toolops.runtime.validation import SchemaRefused, check_schema
 
 from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec
+from .selectors import toolspec_scope_q
 
 TOKEN_PREFIX = "tko_"
 
@@ -56,7 +57,20 @@ def toolspec_check(*, spec: ToolSpec) -> str:
     follow = (spec.executor or {}).get("follow_redirects", 0) if isinstance(spec.executor, dict) else 0
     if isinstance(follow, bool) or not isinstance(follow, int) or not 0 <= follow <= MAX_REDIRECTS:
         raise ValidationError(f"executor.follow_redirects must be an integer from 0 to {MAX_REDIRECTS}")
+    toolspec_check_owner(spec=spec)
     return dialect
+
+
+def toolspec_check_owner(*, spec: ToolSpec) -> None:
+    """Every version of a name has one owner (a tenant, or none: global), so a tenant's tool
+    never gains a version another tenant — or every tenant — is shown."""
+    others = ToolSpec.objects.filter(name=spec.name).exclude(pk=spec.pk)
+    others = others.filter(tenant__isnull=False) if spec.tenant_id is None else others.exclude(tenant_id=spec.tenant_id)
+    owners = list(others.values_list("tenant__slug", flat=True)[:1])
+    if owners:
+        owner = owners[0]
+        raise ValidationError(f"{spec.name} already has versions owned by {owner or 'the platform (global)'}: "
+                              "all versions of a tool have the same owner")
 
 
 def toolspec_publish(*, spec: ToolSpec) -> ToolSpec:
@@ -84,7 +98,7 @@ def toolspec_new_version(*, spec: ToolSpec, user=None) -> ToolSpec:
     """A draft copy of ``spec`` as the next free version of the same name."""
     with transaction.atomic():
         top = ToolSpec.objects.select_for_update().filter(name=spec.name).aggregate(v=Max("version"))["v"] or 0
-        draft = ToolSpec(**{f: getattr(spec, f) for f in IMMUTABLE_FIELDS}, created_by=user)
+        draft = ToolSpec(**{f: getattr(spec, f) for f in IMMUTABLE_FIELDS}, tenant_id=spec.tenant_id, created_by=user)
         draft.version = top + 1
         draft.save()
     return draft
@@ -138,12 +152,14 @@ def _require_reason(reason: str) -> str:
     return reason.strip()
 
 
-def grant_current_tool_refs(*, capability: Capability) -> list[str]:
-    """``name@version`` of the published ToolSpecs whose ``required_capabilities`` name ``capability``.
+def grant_current_tool_refs(*, capability: Capability, tenant: Tenant) -> list[str]:
+    """``name@version`` of the published ToolSpecs ``tenant`` may see (global or its own) whose
+    ``required_capabilities`` name ``capability``.
 
     Filtered in Python: the JSON list shape is not indexable portably, and there are few specs.
     """
-    specs = ToolSpec.objects.filter(status=ToolSpec.Status.PUBLISHED).only("name", "version", "required_capabilities")
+    specs = (ToolSpec.objects.filter(status=ToolSpec.Status.PUBLISHED).filter(toolspec_scope_q(tenant_id=tenant.pk))
+             .only("name", "version", "required_capabilities"))
     return sorted(
         spec.ref for spec in specs
         if any(isinstance(e, dict) and e.get("capability") == capability.name for e in spec.required_capabilities or [])
@@ -177,7 +193,7 @@ def grant_validate(*, capability, tenant, subject, scope_kind, scope_values, lim
         errors["effect"] = f"effect must be one of {', '.join(GRANT_EFFECTS)}"
     if not isinstance(tool_refs, list):
         errors["tool_refs"] = 'a JSON list of "name@version" strings'
-    elif not tool_refs and not grant_current_tool_refs(capability=capability):
+    elif not tool_refs and not grant_current_tool_refs(capability=capability, tenant=tenant):
         # Empty means "pin the current versions"; with none to pin it would silently mean "any".
         errors["tool_refs"] = f"no published tool needs {capability.name} yet: name the tool versions explicitly"
     else:
@@ -186,8 +202,21 @@ def grant_validate(*, capability, tenant, subject, scope_kind, scope_values, lim
                 parse_tool_ref(ref)
             except ToolNameError as exc:
                 errors["tool_refs"] = str(exc)
+        if "tool_refs" not in errors and (foreign := _foreign_tool_refs(tool_refs, tenant)):
+            errors["tool_refs"] = f"owned by another tenant, not grantable in {tenant.slug}: {', '.join(foreign)}"
     if errors:
         raise ValidationError(errors)
+
+
+def _foreign_tool_refs(tool_refs: list[str], tenant: Tenant) -> list[str]:
+    """The refs in ``tool_refs`` naming a ToolSpec owned by a tenant other than ``tenant``."""
+    wanted = {parse_tool_ref(ref) for ref in tool_refs}
+    if not wanted:
+        return []
+    names = {name for name, _ in wanted}
+    owned = (ToolSpec.objects.filter(name__in=names, tenant__isnull=False).exclude(tenant_id=tenant.pk)
+             .values_list("name", "version"))
+    return sorted(f"{name}@{version}" for name, version in owned if (name, version) in wanted)
 
 
 def grant_create(
@@ -206,7 +235,7 @@ def grant_create(
         capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values,
         limits=limits, effect=effect, tool_refs=tool_refs, expires_at=expires_at,
     )
-    pinned = list(tool_refs) or grant_current_tool_refs(capability=capability)
+    pinned = list(tool_refs) or grant_current_tool_refs(capability=capability, tenant=tenant)
     with transaction.atomic():
         grant = Grant.objects.create(
             capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values,

@@ -1,7 +1,7 @@
 """Keyword-only builders for test data, in one module (instead of copy-pasted setup).
 
 - rows: ``make_tenant``, ``make_subject``, ``make_token``, ``make_capability``, ``make_grant``,
-  ``make_staff``;
+  ``make_staff``; permissions: ``allow_approving``, ``allow_resolving`` (a (tenant, ToolSpec) pair);
 - ToolSpecs: ``make_toolspec`` (the weather tool by default), ``make_demo_spec`` (API.md's demo
   set, optionally copied under another name or changed), ``make_calendar_spec`` (a small calendar
   tool with two properties);
@@ -21,6 +21,7 @@ import uuid
 from datetime import timedelta
 
 from django.contrib.auth.models import User
+from guardian.shortcuts import assign_perm
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -215,6 +216,22 @@ def make_staff(*, username: str, superuser: bool = False) -> User:
     if superuser:
         return User.objects.create_superuser(username, f"{username}@example.invalid", PASSWORD)
     return User.objects.create_user(username, f"{username}@example.invalid", PASSWORD, is_staff=True)
+
+
+def _allow(user, *, tool_permission: str, tenant_permission: str, spec: ToolSpec | None, tenant: Tenant | None) -> None:
+    # None: the permission held model-wide (every ToolSpec / every tenant).
+    assign_perm(f"specs_app.{tool_permission}", user, *([spec] if spec is not None else []))
+    assign_perm(f"specs_app.{tenant_permission}", user, *([tenant] if tenant is not None else []))
+
+
+def allow_approving(*, user, spec: ToolSpec | None = None, tenant: Tenant | None = None) -> None:
+    """Let ``user`` see and decide confirmations of ``spec`` (None: every tool) in ``tenant`` (None: every tenant)."""
+    _allow(user, tool_permission="approve_toolspec", tenant_permission="approve_calls", spec=spec, tenant=tenant)
+
+
+def allow_resolving(*, user, spec: ToolSpec | None = None, tenant: Tenant | None = None) -> None:
+    """Let ``user`` see and resolve unknown outcomes of ``spec`` (None: every tool) in ``tenant`` (None: every tenant)."""
+    _allow(user, tool_permission="resolve_toolspec", tenant_permission="resolve_calls", spec=spec, tenant=tenant)
 
 
 def admit_proposal(*, subject: Subject, spec: ToolSpec, arguments: dict, timezone_name: str = "Europe/Paris") -> Invocation:

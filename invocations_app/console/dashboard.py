@@ -35,12 +35,15 @@ rows for ``ATTEMPTS_CACHE_SECONDS``, see there). With the default
 15 s per window, and two workers may show numbers up to 15 s apart (the page says how old they
 are). Configure a shared cache (Redis) in ``CACHES`` to compute it once per deployment instead.
 
-Who may see it: active staff (``admin_view``) with ``invocations_app.view_invocation`` (superusers
-have it). The numbers cover every tenant and tool — the payload is shared by everyone who may
-see it, which is what makes it cacheable; the queues it links to apply their own per-tool scope.
+Who may see it, and which numbers: active staff (``admin_view``) with
+``invocations_app.view_invocation`` (superusers have it) see every tenant; staff holding
+``view_calls``, ``approve_calls`` or ``resolve_calls`` on some tenants (guardian) see the numbers
+of those tenants only (``console_tenant_scope``). The payload is cached per tenant set — everyone
+with the same set shares it; the queues it links to apply their own (tenant, tool) scope.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import urlencode
@@ -61,14 +64,15 @@ from toolops.runtime.states import TERMINAL, State
 
 from ..models import Attempt, Confirmation, Invocation, Run
 from .formatting import age
+from .selectors import console_tenant_scope
 
 CACHE_SECONDS = 15
-CACHE_KEY = "toolops:dashboard:v1:{window}"
+CACHE_KEY = "toolops:dashboard:v2:{window}:{scope}"
 # Attempts per tool is the one query that cannot stay small today: Attempt has no tool column, so
 # every attempt of the window is joined to its invocation (see the module docstring). Its rows are
 # kept longer than the rest of the payload, so the 15 s refresh does not pay for it each time.
 ATTEMPTS_CACHE_SECONDS = {"24h": 60, "7d": 300}
-ATTEMPTS_CACHE_KEY = "toolops:dashboard:v1:attempts:{window}"
+ATTEMPTS_CACHE_KEY = "toolops:dashboard:v2:attempts:{window}:{scope}"
 VIEW_PERMISSION = "invocations_app.view_invocation"
 
 # window key -> (label, length, bucket)
@@ -251,7 +255,12 @@ def _pct(part: int, whole: int) -> float:
 
 # --- selectors --------------------------------------------------------------------------------
 
-def states_by_bucket(*, since: datetime, step: timedelta, n: int) -> dict[str, list[int]]:
+def _scoped(qs, tenants: frozenset[int] | None, field: str = "tenant_id"):
+    """``qs`` limited to the tenant ids ``tenants`` (``None``: every tenant)."""
+    return qs if tenants is None else qs.filter(**{f"{field}__in": sorted(tenants)})
+
+
+def states_by_bucket(*, since: datetime, step: timedelta, n: int, tenants: frozenset[int] | None = None) -> dict[str, list[int]]:
     """Invocations created since ``since``, counted by state and bucket (one grouped query).
 
     ``state IN (every state)`` lets PostgreSQL use (state, created_at) as an index-only range scan
@@ -259,7 +268,7 @@ def states_by_bucket(*, since: datetime, step: timedelta, n: int) -> dict[str, l
     """
     out = {s: [0] * n for s in ALL_STATES}
     rows = (
-        Invocation.objects.filter(state__in=ALL_STATES, created_at__gte=since)
+        _scoped(Invocation.objects.filter(state__in=ALL_STATES, created_at__gte=since), tenants)
         .annotate(hour=TruncHour("created_at")).values("state", "hour").annotate(n=Count("*")).order_by()
     )
     for row in rows:
@@ -269,11 +278,11 @@ def states_by_bucket(*, since: datetime, step: timedelta, n: int) -> dict[str, l
     return out
 
 
-def in_flight_by_state() -> dict[str, dict]:
+def in_flight_by_state(*, tenants: frozenset[int] | None = None) -> dict[str, dict]:
     """Non-terminal invocations now, by state and tool, with the oldest per state (all time, small)."""
     out: dict[str, dict] = {}
     rows = (
-        Invocation.objects.filter(state__in=IN_FLIGHT).values("state", "tool_name")
+        _scoped(Invocation.objects.filter(state__in=IN_FLIGHT), tenants).values("state", "tool_name")
         .annotate(n=Count("*"), oldest=Min("created_at")).order_by()
     )
     for row in rows:
@@ -285,7 +294,7 @@ def in_flight_by_state() -> dict[str, dict]:
     return out
 
 
-def pending_confirmations(*, now: datetime) -> list[dict]:
+def pending_confirmations(*, now: datetime, tenants: frozenset[int] | None = None) -> list[dict]:
     """Pending confirmations per tool version: count, oldest, overdue, and counts per waiting-time bucket."""
     ages = {}
     lower = None
@@ -298,7 +307,7 @@ def pending_confirmations(*, now: datetime) -> list[dict]:
         ages[f"age{k}"] = Count("pk", filter=cond) if cond else Count("*")
         lower = upper
     return list(
-        Confirmation.objects.filter(state=Confirmation.Status.PENDING)
+        _scoped(Confirmation.objects.filter(state=Confirmation.Status.PENDING), tenants)
         .values("tool_spec_id", "tool_spec__name", "tool_spec__version")
         .annotate(n=Count("*"), oldest=Min("created_at"), overdue=Count("pk", filter=Q(expires_at__lte=now)), **ages)
         .order_by("tool_spec__name", "tool_spec__version")
@@ -310,10 +319,10 @@ def pending_confirmations(*, now: datetime) -> list[dict]:
 _ATTEMPT_TOOL = "tool_spec__name" if any(f.name == "tool_spec" for f in Attempt._meta.get_fields()) else "invocation__tool_name"
 
 
-def attempts_by_tool(*, since: datetime, step: timedelta, n: int) -> list[dict]:
+def attempts_by_tool(*, since: datetime, step: timedelta, n: int, tenants: frozenset[int] | None = None) -> list[dict]:
     """Attempts started since ``since`` by tool, outcome class and bucket (one grouped query)."""
     return list(
-        Attempt.objects.filter(started_at__gte=since)
+        _scoped(Attempt.objects.filter(started_at__gte=since), tenants, "invocation__tenant_id")
         .annotate(hour=TruncHour("started_at"))
         .values("failure_class", "hour", tool=F(_ATTEMPT_TOOL))
         .annotate(n=Count("*"), running=Count("pk", filter=Q(ended_at__isnull=True)))
@@ -321,10 +330,10 @@ def attempts_by_tool(*, since: datetime, step: timedelta, n: int) -> list[dict]:
     )
 
 
-def exhausted_runs(*, since: datetime) -> list[dict]:
+def exhausted_runs(*, since: datetime, tenants: frozenset[int] | None = None) -> list[dict]:
     """Runs that ended ``exhausted`` since ``since``, by reason and hour."""
     return list(
-        Run.objects.filter(status=Run.Status.EXHAUSTED, ended_at__gte=since)
+        _scoped(Run.objects.filter(status=Run.Status.EXHAUSTED, ended_at__gte=since), tenants)
         .annotate(hour=TruncHour("ended_at")).values("end_reason", "hour").annotate(n=Count("*")).order_by()
     )
 
@@ -332,9 +341,10 @@ def exhausted_runs(*, since: datetime) -> list[dict]:
 # --- assembling the payload -----------------------------------------------------------------------
 
 def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None,
-                    attempts: tuple[datetime, list[dict]] | None = None) -> Dashboard:
+                    attempts: tuple[datetime, list[dict]] | None = None, tenants: frozenset[int] | None = None) -> Dashboard:
     """Compute the dashboard (five grouped queries; four when ``attempts`` — ``(computed_at, rows of
-    attempts_by_tool)`` — is given); ``dashboard_get`` caches it."""
+    attempts_by_tool)`` — is given) over the tenant ids ``tenants`` (``None``: every tenant);
+    ``dashboard_get`` caches it."""
     now = now or timezone.now()
     label, _, step = WINDOWS[window]
     since, step, n = _window_bounds(window, now)
@@ -342,7 +352,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
     starts = [since + k * step for k in range(n)]
 
     # 1. states over time
-    by_state = states_by_bucket(since=since, step=step, n=n)
+    by_state = states_by_bucket(since=since, step=step, n=n, tenants=tenants)
     total = sum(sum(v) for v in by_state.values())
     states = []
     for state in STATE_ORDER:
@@ -374,7 +384,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
             for k in range(0, n, tick_every)]
 
     # 2. in flight now (all time, non-terminal states only)
-    flight = in_flight_by_state()
+    flight = in_flight_by_state(tenants=tenants)
     in_flight = {}
     for state in IN_FLIGHT:
         entry = flight.get(state, {"count": 0, "oldest": None, "by_tool": {}})
@@ -387,7 +397,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
          for name, count in unknown.extra["by_tool"].items()), key=lambda t: -t[1])
 
     # 3. pending confirmations
-    per_tool = pending_confirmations(now=now)
+    per_tool = pending_confirmations(now=now, tenants=tenants)
     pending = Waiting(url=reverse("confirmations:queue"))
     age_counts = [0] * len(AGE_BUCKETS)
     pending_by_tool = []
@@ -410,7 +420,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
 
     # 4. attempts and failure classes per tool
     tools: dict[str, dict] = {}
-    attempts_at, attempt_rows = attempts if attempts is not None else (now, attempts_by_tool(since=since, step=step, n=n))
+    attempts_at, attempt_rows = attempts if attempts is not None else (now, attempts_by_tool(since=since, step=step, n=n, tenants=tenants))
     for row in attempt_rows:
         i = _index(row["hour"], since, step, n)
         if i is None:
@@ -443,7 +453,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
 
     # 5. budget exhaustions
     ex_series, reasons = [0] * n, {}
-    for row in exhausted_runs(since=since):
+    for row in exhausted_runs(since=since, tenants=tenants):
         i = _index(row["hour"], since, step, n)
         if i is not None:
             ex_series[i] += row["n"]
@@ -458,32 +468,42 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
         unknown=unknown, unknown_by_tool=unknown_by_tool, tools=tool_rows, exhausted_total=sum(ex_series),
         exhausted_series=ex_series, exhausted_spark=spark(ex_series), exhausted_by_reason=by_reason,
         exhausted_url=reverse("admin:invocations_app_run_changelist") + "?" + urlencode({"status__exact": Run.Status.EXHAUSTED}),
-        attempts_generated_at=attempts_at, quarantined=_quarantined(),
+        attempts_generated_at=attempts_at, quarantined=_quarantined(tenants),
     )
 
 
-def _quarantined() -> list[dict]:
-    """6. imported MCP tools whose upstream definition changed or vanished (partial index on state)."""
+def _quarantined(tenants: frozenset[int] | None) -> list[dict]:
+    """6. imported MCP tools whose upstream definition changed or vanished (partial index on state);
+    a tenant-scoped view lists only tools owned by those tenants (global tools are the platform's)."""
     return [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
              "server_url": w.server_url, "state": w.state, "changed": ", ".join(w.changed_fields), "detected_at": w.detected_at}
-            for w in upstream_quarantine_list()]
+            for w in upstream_quarantine_list() if tenants is None or w.tool_spec.tenant_id in tenants]
 
 
-def dashboard_get(*, window: str = DEFAULT_WINDOW) -> tuple[Dashboard, bool]:
-    """The dashboard for ``window`` from the cache, computed at most once per ``CACHE_SECONDS`` (per process
-    with the default LocMemCache). Returns ``(dashboard, from_cache)``."""
-    key = CACHE_KEY.format(window=window)
+def _scope_key(tenants: frozenset[int] | None) -> str:
+    if tenants is None:
+        return "all"
+    ids = ",".join(str(t) for t in sorted(tenants))
+    return hashlib.sha256(ids.encode()).hexdigest()[:24]  # cache keys stay short for any number of tenants
+
+
+def dashboard_get(*, window: str = DEFAULT_WINDOW, tenants: frozenset[int] | None = None) -> tuple[Dashboard, bool]:
+    """The dashboard for ``window`` over ``tenants`` (``None``: all) from the cache, computed at most once
+    per ``CACHE_SECONDS`` per tenant set (per process with the default LocMemCache). Returns
+    ``(dashboard, from_cache)``."""
+    scope = _scope_key(tenants)
+    key = CACHE_KEY.format(window=window, scope=scope)
     data = cache.get(key)
     if data is not None:
         return data, True
     now = timezone.now()
-    attempts_key = ATTEMPTS_CACHE_KEY.format(window=window)
+    attempts_key = ATTEMPTS_CACHE_KEY.format(window=window, scope=scope)
     attempts = cache.get(attempts_key)
     if attempts is None:
         since, step, n = _window_bounds(window, now)
-        attempts = (now, attempts_by_tool(since=since, step=step, n=n))
+        attempts = (now, attempts_by_tool(since=since, step=step, n=n, tenants=tenants))
         cache.set(attempts_key, attempts, ATTEMPTS_CACHE_SECONDS[window])
-    data = build_dashboard(window=window, now=now, attempts=attempts)
+    data = build_dashboard(window=window, now=now, attempts=attempts, tenants=tenants)
     cache.set(key, data, CACHE_SECONDS)
     return data, False
 
@@ -493,12 +513,13 @@ def dashboard_get(*, window: str = DEFAULT_WINDOW) -> tuple[Dashboard, bool]:
 @require_GET
 def dashboard_view(request: HttpRequest) -> HttpResponse:
     user = request.user
-    if not (user.is_superuser or user.has_perm(VIEW_PERMISSION)):
-        raise PermissionDenied("the operations dashboard needs permission to view invocations")
+    tenants = console_tenant_scope(user=user)
+    if tenants is not None and not tenants:
+        raise PermissionDenied("the operations dashboard needs permission to view invocations of some tenant")
     window = request.GET.get("window") or DEFAULT_WINDOW
     if window not in WINDOWS:
         window = DEFAULT_WINDOW
-    data, cached = dashboard_get(window=window)
+    data, cached = dashboard_get(window=window, tenants=tenants)
     now = timezone.now()
     context = {
         **admin.site.each_context(request),

@@ -1,12 +1,15 @@
 """Reads for the staff console: the confirmation queue, the unknown-outcome queue, the record of one call.
 
-Scope is django-guardian's object permissions on the ToolSpec: an approver sees and decides only
-confirmations of ToolSpecs they hold ``specs_app.approve_toolspec`` on, a resolver only unknown
-outcomes of ToolSpecs they hold ``specs_app.resolve_toolspec`` on (a model-wide grant of the
-permission covers every version; superusers see all). Listing and deciding use the same scope,
-so a row a queue does not show cannot be decided by posting the form directly. The record page
-reads one invocation and everything that answers the eight questions of SPEC §12 in a fixed
-number of queries, whatever the number of attempts, events or messages. Nothing here writes.
+Scope is the pair (tenant, ToolSpec), both as django-guardian permissions: an approver sees and
+decides only confirmations of ToolSpecs they hold ``specs_app.approve_toolspec`` on *and* of
+tenants they hold ``specs_app.approve_calls`` on; a resolver likewise with ``resolve_toolspec``
+and ``resolve_calls``. Either permission held model-wide covers every ToolSpec / every tenant;
+superusers see all. (The scope is the product of the two sets: holding both tools X, Y and
+tenants A, B covers all four pairs — give a person who must differ per tenant separate rights
+through groups.) Listing and deciding use the same scope, so a row a queue does not show cannot
+be decided by posting the form directly. The record page reads one invocation and everything
+that answers the eight questions of SPEC §12 in a fixed number of queries, whatever the number
+of attempts, events or messages. Nothing here writes.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
 from django.db import connection
+from django.http import Http404
 from django.db.models import Count, Min, Prefetch, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -24,13 +28,43 @@ from specs_app.models import Grant, Tenant, ToolSpec
 from toolops.runtime.states import State
 
 from ..models import Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, ToolMessage
-from ..resolutions import HISTORY_KINDS, PendingResolution, can_resolve, pending_resolution, resolvable_toolspecs
+from specs_app.selectors import APPROVE_CALLS, RESOLVE_CALLS, VIEW_CALLS, tenants_for_user
+
+from ..resolutions import (
+    HISTORY_KINDS, PendingResolution, can_resolve, pending_resolution, resolvable_tenants, resolvable_toolspecs,
+)
 from .formatting import Bytes
 
 APPROVE_PERMISSION = "specs_app.approve_toolspec"
 VIEW_INVOCATION_PERMISSION = "invocations_app.view_invocation"
 DECIDED_SHOWN = 20
 PENDING_SHOWN = 50
+
+
+# --- whose calls -------------------------------------------------------------------------------
+
+def console_tenants(*, user) -> QuerySet[Tenant]:
+    """"The user's tenants": those they may view, approve or resolve calls of (all for superusers
+    and holders of any of these permissions model-wide)."""
+    return tenants_for_user(user=user, permission=[VIEW_CALLS, APPROVE_CALLS, RESOLVE_CALLS])
+
+
+def console_tenant_scope(*, user) -> frozenset[int] | None:
+    """The tenant ids whose calls the dashboard counts for ``user``; ``None`` means every tenant
+    (superusers, the platform-wide ``invocations_app.view_invocation``, or a model-wide tenant permission)."""
+    if user.is_superuser or user.has_perm(VIEW_INVOCATION_PERMISSION):
+        return None
+    if any(user.has_perm(p) for p in (VIEW_CALLS, APPROVE_CALLS, RESOLVE_CALLS)):
+        return None
+    return frozenset(console_tenants(user=user).values_list("pk", flat=True))
+
+
+def _refuse(*, user, tenant_id, why: str):
+    """404 for a row of a tenant that is not one of ``user``'s (its existence stays unconfirmed),
+    else 403 with ``why``."""
+    if not console_tenants(user=user).filter(pk=tenant_id).exists():
+        raise Http404("no such row")
+    raise PermissionDenied(why)
 
 
 # --- the confirmation queue ----------------------------------------------------------------
@@ -42,10 +76,16 @@ def approvable_toolspecs(*, user) -> QuerySet[ToolSpec]:
     return get_objects_for_user(user, APPROVE_PERMISSION, klass=ToolSpec)
 
 
+def approvable_tenants(*, user) -> QuerySet[Tenant]:
+    """Tenants whose confirmations ``user`` may see and decide (for the ToolSpecs of ``approvable_toolspecs``)."""
+    return tenants_for_user(user=user, permission=APPROVE_CALLS)
+
+
 def confirmations_visible_to(*, user) -> QuerySet[Confirmation]:
+    """Every confirmation ``user`` may see and decide: its (tenant, ToolSpec) pair is in scope."""
     qs = Confirmation.objects.all()
     if not (user.is_active and user.is_superuser):
-        qs = qs.filter(tool_spec__in=approvable_toolspecs(user=user))
+        qs = qs.filter(tool_spec__in=approvable_toolspecs(user=user), tenant__in=approvable_tenants(user=user))
     return qs
 
 
@@ -93,12 +133,19 @@ def _decidable(qs: QuerySet[Confirmation]) -> QuerySet[Confirmation]:
 
 
 def confirmation_get_for_user(*, user, pk) -> Confirmation:
-    """One confirmation ``user`` may see and decide: 404 if it does not exist, 403 if out of scope."""
+    """One confirmation ``user`` may see and decide.
+
+    404 if it does not exist or belongs to a tenant that is not one of ``user``'s (another
+    tenant's confirmations are not even confirmed to exist); 403 if out of scope in one of theirs.
+    """
     confirmation = get_object_or_404(
         Confirmation.objects.select_related("tool_spec", "tenant", "subject", "run", "invocation", "decided_by"), pk=pk
     )
-    if not (user.is_active and user.is_superuser) and not approvable_toolspecs(user=user).filter(pk=confirmation.tool_spec_id).exists():
-        raise PermissionDenied("you may not decide confirmations of this tool")
+    if user.is_active and user.is_superuser:
+        return confirmation
+    if not (approvable_tenants(user=user).filter(pk=confirmation.tenant_id).exists()
+            and approvable_toolspecs(user=user).filter(pk=confirmation.tool_spec_id).exists()):
+        _refuse(user=user, tenant_id=confirmation.tenant_id, why="you may not decide confirmations of this tool")
     return confirmation
 
 
@@ -118,9 +165,10 @@ def console_filter_choices(*, user) -> tuple[list[ToolSpec], list[Tenant]]:
 # --- the unknown-outcome queue ---------------------------------------------------------------
 
 def unknown_outcomes_visible_to(*, user) -> QuerySet[Invocation]:
+    """OUTCOME_UNKNOWN invocations whose (tenant, ToolSpec) pair ``user`` may resolve."""
     qs = Invocation.objects.filter(state=State.OUTCOME_UNKNOWN)
     if not (user.is_active and user.is_superuser):
-        qs = qs.filter(tool_spec__in=resolvable_toolspecs(user=user))
+        qs = qs.filter(tool_spec__in=resolvable_toolspecs(user=user), tenant__in=resolvable_tenants(user=user))
     return qs
 
 
@@ -174,7 +222,8 @@ def unknown_filter_choices(*, user) -> tuple[list[ToolSpec], list[Tenant]]:
 def unknown_outcome_get_for_user(*, user, pk) -> Invocation:
     """One invocation ``user`` may resolve (any state: the page also shows how it was resolved).
 
-    404 if it does not exist, 403 without ``resolve_toolspec`` on its tool.
+    404 if it does not exist or belongs to a tenant that is not one of ``user``'s, 403 without
+    the right to resolve it.
     """
     inv = get_object_or_404(
         Invocation.objects.select_related("tool_spec", "tenant", "subject", "run").prefetch_related(
@@ -184,7 +233,7 @@ def unknown_outcome_get_for_user(*, user, pk) -> Invocation:
         pk=pk,
     )
     if not can_resolve(user=user, invocation=inv):
-        raise PermissionDenied("you may not resolve unknown outcomes of this tool")
+        _refuse(user=user, tenant_id=inv.tenant_id, why="you may not resolve unknown outcomes of this tool")
     _annotate_unknown(inv)
     return inv
 
@@ -192,16 +241,21 @@ def unknown_outcome_get_for_user(*, user, pk) -> Invocation:
 # --- the record of one call ----------------------------------------------------------------------
 
 def record_visible_to(*, user, invocation: Invocation) -> bool:
-    """Superusers; staff with the model permission to view invocations; approvers or resolvers of its tool."""
+    """Superusers; staff with the model permission to view invocations (platform-wide); staff with
+    ``view_calls`` on its tenant; approvers or resolvers of its (tenant, ToolSpec) pair."""
     if not (user.is_authenticated and user.is_active and user.is_staff):
         return False
     if user.is_superuser or user.has_perm(VIEW_INVOCATION_PERMISSION):
         return True
+    if tenants_for_user(user=user, permission=VIEW_CALLS).filter(pk=invocation.tenant_id).exists():
+        return True
     if invocation.tool_spec_id is None:
         return False
     return (
-        resolvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
-        or approvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
+        (resolvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
+         and resolvable_tenants(user=user).filter(pk=invocation.tenant_id).exists())
+        or (approvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
+            and approvable_tenants(user=user).filter(pk=invocation.tenant_id).exists())
     )
 
 
@@ -213,7 +267,7 @@ def record_get_for_user(*, user, pk) -> Invocation:
         pk=pk,
     )
     if not record_visible_to(user=user, invocation=inv):
-        raise PermissionDenied("you may not read the record of this call")
+        _refuse(user=user, tenant_id=inv.tenant_id, why="you may not read the record of this call")
     return inv
 
 

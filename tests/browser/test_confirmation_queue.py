@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from invocations_app.models import Confirmation
 from tests.builders import (
+    allow_approving,
     CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant,
 )
 from tests.conftest import REPO_ROOT
@@ -41,7 +42,7 @@ def pending(calendar, planner) -> Confirmation:
 
 def test_it_lets_an_approver_approve_the_pending_calendar_call(login, live_server, calendar, planner, pending):
     approver = make_staff(username="approver")
-    assign_perm("specs_app.approve_toolspec", approver, calendar)
+    allow_approving(user=approver, spec=calendar)
     page = login(approver)
     page.goto(live_server.url + QUEUE)
 
@@ -80,6 +81,8 @@ def test_it_lets_an_approver_approve_the_pending_calendar_call(login, live_serve
 
 def test_it_shows_an_empty_queue_without_the_permission_and_refuses_a_forged_post(login, live_server, pending):
     stranger = make_staff(username="stranger")
+    # An approver in the call's tenant, of no tool: the forged post is refused (403), not hidden (404).
+    assign_perm("specs_app.approve_calls", stranger, pending.tenant)
     page = login(stranger)
     page.goto(live_server.url + QUEUE)
     expect(page.get_by_test_id("queue-empty")).to_be_visible()

@@ -7,13 +7,12 @@ from unittest import mock
 
 import pytest
 from django.utils import timezone
-from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Event, ToolMessage
 from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import event_append
-from tests.builders import CALENDAR_ARGS, PASSWORD, make_demo_spec, make_staff
+from tests.builders import allow_approving, allow_resolving, CALENDAR_ARGS, PASSWORD, make_demo_spec, make_staff
 from tests.conftest import REPO_ROOT
 from tests.invocations.test_support_console import (
     PAYMENT_ARGS, make_finance_agent, make_planner, make_unknown,
@@ -69,7 +68,7 @@ def forged_post(page, url: str, form: dict) -> tuple[int, str]:
 def test_it_lets_support_look_up_then_mark_an_unknown_transfer_not_committed(login, live_server, payments, finance):
     unknown = make_unknown(finance, payments, PAYMENT_ARGS)
     support = make_staff(username="support")
-    assign_perm("specs_app.resolve_toolspec", support, payments)
+    allow_resolving(user=support, spec=payments)
     page = login(support)
     page.goto(live_server.url + QUEUE)
 
@@ -135,7 +134,8 @@ def test_it_lets_support_look_up_then_mark_an_unknown_transfer_not_committed(log
 def test_it_hides_the_call_from_a_user_without_resolve_and_refuses_their_posts(login, live_server, payments, finance):
     unknown = make_unknown(finance, payments, PAYMENT_ARGS)
     stranger = make_staff(username="stranger")
-    assign_perm("specs_app.approve_toolspec", stranger, make_demo_spec(name="calendar.create_event"))
+    # An approver of another tool in the call's tenant: refused (403), not hidden (404).
+    allow_approving(user=stranger, spec=make_demo_spec(name="calendar.create_event"), tenant=unknown.tenant)
     page = login(stranger)
     page.goto(live_server.url + QUEUE)
     expect(page.get_by_test_id("queue-empty")).to_be_visible()
@@ -159,7 +159,7 @@ def test_it_needs_a_second_person_to_finish_a_four_eyes_resolution(browser, logi
     unknown = make_unknown(finance, spec, PAYMENT_ARGS)
     alice, bob = make_staff(username="alice"), make_staff(username="bob")
     for user in (alice, bob):
-        assign_perm("specs_app.resolve_toolspec", user, spec)
+        allow_resolving(user=user, spec=spec)
 
     page = login(alice)
     page.goto(live_server.url + QUEUE)
@@ -216,7 +216,7 @@ def test_it_saves_a_screenshot_of_the_queue_for_the_readme(login, live_server, p
     payroll = make_finance_agent(tenant_slug="initech", name="payroll-bot")
     alice = make_staff(username="alice")
     for spec in (payments, careful):
-        assign_perm("specs_app.resolve_toolspec", alice, spec)
+        allow_resolving(user=alice, spec=spec)
 
     with minutes_ago(95):
         make_unknown(finance, payments, PAYMENT_ARGS)

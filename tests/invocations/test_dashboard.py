@@ -267,7 +267,7 @@ def test_it_caches_the_payload(console, world, django_assert_num_queries):
     assert 'data-from-cache="1"' in second
     assert _testid(second, "unknown-count") == "2"  # still the cached numbers
     assert _page(console.get(URL, {"window": "7d"})).count('data-from-cache="0"') == 1  # one entry per window
-    cache.delete(dashboard.CACHE_KEY.format(window="24h"))  # what the 15 s expiry does
+    cache.delete(dashboard.CACHE_KEY.format(window="24h", scope="all"))  # what the 15 s expiry does
     assert _testid(_page(console.get(URL)), "unknown-count") == "3"
 
 
@@ -276,8 +276,8 @@ def test_the_cache_expires_after_its_timeout(console, world, monkeypatch):
     monkeypatch.setattr(dashboard.cache, "set", lambda key, value, timeout: stored.update({key: timeout}))
     _page(console.get(URL))
     assert stored == {
-        dashboard.CACHE_KEY.format(window="24h"): dashboard.CACHE_SECONDS,
-        dashboard.ATTEMPTS_CACHE_KEY.format(window="24h"): dashboard.ATTEMPTS_CACHE_SECONDS["24h"],
+        dashboard.CACHE_KEY.format(window="24h", scope="all"): dashboard.CACHE_SECONDS,
+        dashboard.ATTEMPTS_CACHE_KEY.format(window="24h", scope="all"): dashboard.ATTEMPTS_CACHE_SECONDS["24h"],
     }
     assert dashboard.CACHE_SECONDS <= 30 and dashboard.ATTEMPTS_CACHE_SECONDS["24h"] <= 120
 
@@ -285,7 +285,7 @@ def test_the_cache_expires_after_its_timeout(console, world, monkeypatch):
 def test_attempts_are_kept_longer_than_the_rest(console, world, django_assert_num_queries):
     _page(console.get(URL))
     world.invocation(State.FAILED_BEFORE_COMMIT, spec=world.calendar, ago=timedelta(hours=1), attempts=("permanent",))
-    cache.delete(dashboard.CACHE_KEY.format(window="24h"))  # the 15 s payload expired, the attempts did not
+    cache.delete(dashboard.CACHE_KEY.format(window="24h", scope="all"))  # the 15 s payload expired, the attempts did not
     with django_assert_num_queries(COLD_QUERIES - 1):
         page = _page(console.get(URL))
     assert _testid(page, "failed-count") == "3"  # states are fresh

@@ -16,11 +16,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from guardian.shortcuts import assign_perm
 
 from invocations_app.confirmations import confirmations_expire_due
 from invocations_app.models import Confirmation, ResultBody, ToolMessage
-from tests.builders import CALENDAR_ARGS, admit_proposal, make_demo_spec, make_staff
+from tests.builders import allow_approving, CALENDAR_ARGS, admit_proposal, make_demo_spec, make_staff
 from rest_framework.test import APIClient
 
 from tests.builders import Agent, make_grant, make_subject, make_tenant, make_token
@@ -52,7 +51,7 @@ def overdue():
     confirmation = Confirmation.objects.get(invocation=invocation, state="pending")
     Confirmation.objects.filter(pk=confirmation.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     approver = make_staff(username="approver")
-    assign_perm("specs_app.approve_toolspec", approver, calendar)
+    allow_approving(user=approver, spec=calendar)
     client = Client()
     client.force_login(approver)
     return confirmation, client

@@ -17,7 +17,6 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from guardian.shortcuts import assign_perm
 
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, IdempotencyRecord, Invocation, ToolMessage
@@ -28,7 +27,7 @@ from invocations_app.resolutions import (
 from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import invocation_transition
 from specs_app.models import Subject, ToolSpec
-from tests.builders import CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
+from tests.builders import allow_approving, allow_resolving, CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
 from tests.conftest import require_postgres
 from toolops.runtime.tracecontext import new_span_id
 
@@ -120,7 +119,7 @@ def unknown(payments, finance) -> Invocation:
 @pytest.fixture
 def support(payments):
     user = make_staff(username="support")
-    assign_perm("specs_app.resolve_toolspec", user, payments)
+    allow_resolving(user=user, spec=payments)
     return user
 
 
@@ -188,7 +187,7 @@ def test_it_reads_the_queue_in_a_constant_number_of_queries(payments, finance, s
 
 def test_it_shows_nothing_to_staff_without_resolve_and_refuses_every_post(unknown):
     stranger = make_staff(username="stranger")
-    assign_perm("specs_app.approve_toolspec", stranger, unknown.tool_spec)  # approving is not resolving
+    allow_approving(user=stranger, spec=unknown.tool_spec)  # approving is not resolving
     client = client_for(stranger)
     resp = client.get(QUEUE)
     assert resp.context["rows"] == [] and 'data-testid="queue-empty"' in resp.content.decode()
@@ -206,7 +205,7 @@ def test_it_shows_nothing_to_staff_without_resolve_and_refuses_every_post(unknow
 def test_it_scopes_by_tool_version(unknown):
     calendar = make_demo_spec(name="calendar.create_event")
     user = make_staff(username="calendar-support")
-    assign_perm("specs_app.resolve_toolspec", user, calendar)
+    allow_resolving(user=user, spec=calendar)
     assert client_for(user).get(QUEUE).context["rows"] == []
     assert client_for(user).post(f"{QUEUE}{unknown.pk}/lookup", {"reason": "x"}).status_code == 403
 
@@ -215,7 +214,7 @@ def test_it_lets_superusers_and_model_wide_resolvers_see_everything(unknown):
     boss = make_staff(username="boss", superuser=True)
     assert [r.pk for r in client_for(boss).get(QUEUE).context["rows"]] == [unknown.pk]
     wide = make_staff(username="wide")
-    assign_perm("specs_app.resolve_toolspec", wide)  # model-wide grant of the permission
+    allow_resolving(user=wide)  # model-wide grant of the permission
     assert [r.pk for r in client_for(wide).get(QUEUE).context["rows"]] == [unknown.pk]
 
 
@@ -335,7 +334,7 @@ def test_it_emits_no_tool_message_once_the_run_has_ended(payments, finance, supp
 
 def test_it_tells_a_second_resolver_who_resolved_it_first(unknown, support):
     other = make_staff(username="other")
-    assign_perm("specs_app.resolve_toolspec", other, unknown.tool_spec)
+    allow_resolving(user=other, spec=unknown.tool_spec)
     act(client_for(support), unknown, "mark-not-committed", reason="r", evidence="e")
     resp = act(client_for(other), unknown, "mark-committed", reason="r", evidence="e", external_resource_id="trf_X")
     assert any("already resolved: the call is FAILED_BEFORE_COMMIT now by support" in m for m in messages_of(resp))
@@ -357,7 +356,7 @@ def test_it_looks_up_then_resends_a_calendar_call_with_the_same_key_creating_one
     planner = make_planner()
     unknown = make_unknown(planner, calendar, CALENDAR_ARGS)
     user = make_staff(username="cal-support")
-    assign_perm("specs_app.resolve_toolspec", user, calendar)
+    allow_resolving(user=user, spec=calendar)
     client = client_for(user)
 
     resp = act(client, unknown, "lookup", reason="did the event land?")
@@ -407,7 +406,7 @@ def alice_and_bob(four_eyes_unknown):
     users = []
     for name in ("alice", "bob"):
         user = make_staff(username=name)
-        assign_perm("specs_app.resolve_toolspec", user, four_eyes_unknown.tool_spec)
+        allow_resolving(user=user, spec=four_eyes_unknown.tool_spec)
         users.append(user)
     return users
 
@@ -472,7 +471,7 @@ def test_it_lets_exactly_one_of_two_concurrent_resolvers_win():
     users = []
     for name in ("ann", "ben"):
         user = make_staff(username=name)
-        assign_perm("specs_app.resolve_toolspec", user, payments)
+        allow_resolving(user=user, spec=payments)
         users.append(user)
     for round_ in range(5):
         inv = make_unknown(finance, payments, {**PAYMENT_ARGS, "memo": f"race {round_}"}, approver=users[0])
@@ -590,17 +589,17 @@ def test_it_reads_the_record_in_a_fixed_number_of_queries(resolved, support):
 
 def test_it_shows_the_record_to_viewers_approvers_resolvers_and_superusers_only(unknown):
     path = f"/console/calls/{unknown.pk}/"
-    assert client_for(make_staff(username="stranger")).get(path).status_code == 403
+    assert client_for(make_staff(username="stranger")).get(path).status_code == 404  # no rights in its tenant
     viewer = make_staff(username="viewer")
     from django.contrib.auth.models import Permission
 
     viewer.user_permissions.add(Permission.objects.get(codename="view_invocation"))
     assert client_for(viewer).get(path).status_code == 200
     approver = make_staff(username="tool-approver")
-    assign_perm("specs_app.approve_toolspec", approver, unknown.tool_spec)
+    allow_approving(user=approver, spec=unknown.tool_spec)
     assert client_for(approver).get(path).status_code == 200
     resolver = make_staff(username="tool-resolver")
-    assign_perm("specs_app.resolve_toolspec", resolver, unknown.tool_spec)
+    allow_resolving(user=resolver, spec=unknown.tool_spec)
     resp = client_for(resolver).get(path)
     assert resp.status_code == 200 and resp.context["can_resolve"]
     assert f'href="/console/unknown-outcomes/#unknown-{unknown.pk}"' in resp.content.decode()

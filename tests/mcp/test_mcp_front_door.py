@@ -13,7 +13,7 @@ from mcp.shared.exceptions import MCPError
 
 from invocations_app.confirmations import confirmation_approve, confirmation_deny
 from invocations_app.models import Confirmation, Invocation, ModelCall, Proposal, ToolMessage
-from tests.builders import make_grant, make_token
+from tests.builders import make_demo_spec, make_grant, make_token
 
 from .conftest import DEMO_TOKEN, http_client, mcp_client, wait_for
 
@@ -56,6 +56,20 @@ def test_it_refuses_a_foreign_host_header(mcp_server, demo_agent):
                        headers={"Host": "evil.example", "Authorization": f"Bearer {DEMO_TOKEN}",
                                 "Accept": "application/json, text/event-stream"}, timeout=10)
     assert resp.status_code in (400, 421)
+
+
+def test_it_lists_a_tenant_owned_tool_to_its_tenant_only(mcp_server, demo_agent):
+    other_subject, other_token = make_token()
+    make_grant(capability="weather.read", subject=other_subject)
+    make_demo_spec(name="weather.get_forecast", copy_as="other.forecast", tenant=other_subject.tenant)
+
+    async def listings():
+        async with mcp_client(mcp_server, DEMO_TOKEN) as demo, mcp_client(mcp_server, other_token) as other:
+            return [t.name for t in (await demo.list_tools()).tools], [t.name for t in (await other.list_tools()).tools]
+
+    demo_names, other_names = anyio.run(listings)
+    assert "other-forecast_v1" not in demo_names and WEATHER in demo_names
+    assert other_names == ["other-forecast_v1", WEATHER, STATUS]
 
 
 @BOTH_MODES

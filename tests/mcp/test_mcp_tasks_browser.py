@@ -7,13 +7,12 @@ import threading
 
 import anyio
 import pytest
-from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Confirmation, Invocation
 from specs_app.models import ToolSpec
 from tests.browser.conftest import browser, login, page  # noqa: F401  (fixtures)
-from tests.builders import make_staff
+from tests.builders import allow_approving, make_staff
 
 from .test_mcp_tasks import _get, _start
 
@@ -38,7 +37,7 @@ def test_a_task_approved_in_the_console_completes_with_one_event(
     assert handle.status == "working"
     confirmation = Confirmation.objects.get(invocation_id=handle.task_id, state="pending")
     approver = make_staff(username="approver")
-    assign_perm("specs_app.approve_toolspec", approver, ToolSpec.objects.get(name="calendar.create_event"))
+    allow_approving(user=approver, spec=ToolSpec.objects.get(name="calendar.create_event"))
 
     page = login(approver)
     page.goto(live_server.url + "/console/confirmations/")
