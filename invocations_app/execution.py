@@ -425,11 +425,11 @@ def attempt_cost(invocation: Invocation, outcome: ExecutionOutcome) -> Decimal:
     never_reached = outcome.failure_class == "not_reached" or (outcome.error or {}).get("reached") is False
     if outcome.cost is None and never_reached:
         return Decimal(0)
-    reported = outcome.cost if outcome.cost is not None else (invocation.tool_spec.executor or {}).get("cost")
-    try:
-        return max(Decimal(str(reported)), Decimal(0)) if reported is not None else Decimal(0)
-    except ArithmeticError:  # decimal.InvalidOperation: a declared cost publish let through
-        return Decimal(0)
+    for cost in (outcome.cost, (invocation.tool_spec.executor or {}).get("cost")):
+        # Only a plain decimal the run's counter can hold; anything else falls through.
+        if cost is not None and not isinstance(cost, bool) and executors.COST_RE.fullmatch(str(cost)):
+            return Decimal(str(cost))
+    return Decimal(0)
 
 
 def _succeed(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:

@@ -25,7 +25,7 @@ import logging
 import re
 import time
 from datetime import datetime, timezone
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import quote, urlsplit
@@ -45,6 +45,7 @@ from . import mcp_upstream
 
 logger = logging.getLogger(__name__)
 
+COST_RE = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,6})?")
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 # A template whose scheme and authority are written out (or are the operator's ``{base}``) sends
 # to a fixed origin; any other (``{url}``) takes its URL from the model and needs URL grants.
@@ -297,11 +298,8 @@ def _reported_cost(config: dict, resp: HttpResponse) -> str | None:
     if not isinstance(name, str) or not name:
         return None
     raw = resp.headers.get(name.lower(), "").strip()
-    try:
-        value = Decimal(raw)
-    except InvalidOperation:
-        return None
-    return str(value) if value.is_finite() and value >= 0 and len(raw) <= 32 else None
+    # A plain decimal the run's counter can hold (18 digits, 6 after the point): no sign, no exponent.
+    return str(Decimal(raw)) if COST_RE.fullmatch(raw) else None
 
 
 def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> ExecutionOutcome:

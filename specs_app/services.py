@@ -4,7 +4,6 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from decimal import Decimal
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -73,13 +72,9 @@ def _check_cost(executor: dict) -> None:
     """``executor.cost`` (the declared cost of one sent attempt) is a non-negative decimal;
     ``executor.cost_header`` (where an HTTP tool reports its own cost) a header name."""
     cost = executor.get("cost")
-    if cost is not None:
-        try:
-            ok = not isinstance(cost, bool) and Decimal(str(cost)).is_finite() and Decimal(str(cost)) >= 0
-        except ArithmeticError:
-            ok = False
-        if not ok:
-            raise ValidationError("executor.cost must be a non-negative decimal number")
+    plain = isinstance(cost, (int, float, str)) and not isinstance(cost, bool) and re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,6})?", str(cost))
+    if cost is not None and not plain:
+        raise ValidationError("executor.cost must be a non-negative decimal (up to 12 digits, 6 after the point)")
     header = executor.get("cost_header")
     if header is not None and not (isinstance(header, str) and re.fullmatch(r"[A-Za-z0-9-]{1,64}", header)):
         raise ValidationError("executor.cost_header must be an HTTP header name")
