@@ -132,7 +132,10 @@ class ProposalCreateView(APIView):
             "The body is exactly one of: a proposal with `arguments` (the model's raw text), a proposal with "
             "`arguments_b64` (any bytes), or an OpenAI `tool_calls` list (at most TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST "
             "entries). A single proposal answers one invocation; `tool_calls` answers `{\"invocations\": [...]}` "
-            "in order. 201 when anything new was recorded, 200 for an exact replay."
+            "with one entry per tool call, in order: the invocation, or — when a run budget refused it — the recorded "
+            "refusal (`kind: \"refusal\"`, its `id`, the `proposal` and the `error`). Calls admitted before a "
+            "refusal are never undone. A single refused proposal answers `429 budget_exhausted` naming the recorded "
+            "refusal (`refusal_id`, `proposal_id`, `budget`). 201 when anything new was recorded, 200 for an exact replay."
         ),
     )
     def post(self, request, model_call_id):
