@@ -10,13 +10,13 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from invocations_app import admission, budgets, runs
+from invocations_app import admission, authorization, budgets, runs
 from invocations_app.execution import execution_claim, execution_run
 from invocations_app.models import Invocation, Proposal, Run
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
-from tests.builders import make_grant, make_subject, make_toolspec
+from tests.builders import RunWorld, make_capability, make_grant, make_subject, make_toolspec
 from tests.conftest import require_postgres
 from toolops.errors import BudgetExhausted
 from toolops.runtime.deadlines import DEFAULT_DEADLINE_SECONDS
@@ -306,3 +306,19 @@ def test_it_charges_the_toolspecs_declared_cost_when_the_executor_reports_none()
     _read(call, subject, spec, "b")
     run.refresh_from_db()
     assert (run.cost_used, run.status) == (Decimal("0.8"), "active")
+
+
+@pytest.mark.django_db
+def test_a_call_authorized_after_it_was_recorded_gets_its_deadline_then():
+    """The path of an approver's edited replacement: recorded VALIDATED, authorized afterwards."""
+    make_capability(name="weather.read", operation_class="read")
+    spec = make_toolspec(name="ledger.peek", required_capabilities=[{"capability": "weather.read"}],
+                         timeout_policy={"deadline_seconds": 42})
+    world = RunWorld(spec=spec, amount=1)
+    make_grant(subject=world.subject)
+    (inv,) = world.validated(1)
+    assert inv.deadline is None
+    authorization.invocation_authorize(invocation=inv)
+    inv.refresh_from_db()
+    assert inv.state == "AUTHORIZED"
+    assert timedelta(seconds=40) < inv.deadline - inv.updated_at <= timedelta(seconds=42)
