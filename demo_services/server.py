@@ -6,8 +6,10 @@ Services (JSON unless noted; see `ROUTES` for the whole surface):
   a lookup by key that proves presence (200), absence (404) or "still running" (409).
 * payments — deliberately has NO idempotency: every POST moves money again (write_unsafe).
   An optional `X-Client-Reference` header is stored so support staff can look a transfer up.
-* web — fixed pages for `web.fetch`: small, large (~200 KB multilingual), injection, binary (PNG).
-* _control — health, request log, fault injection (FIFO per service), reset.
+* web — fixed pages for `web.fetch`: small, large (~200 KB multilingual), injection, binary (PNG);
+  each answer reports its cost in an `X-Cost` header (0.01 per started KiB).
+* _control — health, request log, fault injection (FIFO per service; a 429/503 may carry
+  `Retry-After` as seconds or, with `retry_after_date`, as an HTTP-date), reset.
 
 Everything durable lives in one SQLite file (WAL) in `data_dir`; injected faults live in memory.
 No Django here on purpose: this process plays an external system.
@@ -32,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.message import Message
+from email.utils import formatdate
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -246,7 +249,7 @@ class Store:
 
 FAULT_PARAMS = {
     "delay": {"seconds"},
-    "status": {"status", "retry_after"},
+    "status": {"status", "retry_after", "retry_after_date"},
     "business_reject": {"message"},
     "commit_then_drop": set(),
     "commit_then_delay": {"seconds"},
@@ -281,6 +284,8 @@ def parse_fault(body: dict) -> dict:
         fault["status"] = int(_number(body.get("status"), "status", 400, 599))
         if body.get("retry_after") is not None:
             fault["retry_after"] = int(_number(body["retry_after"], "retry_after", 0, 86400))
+        if body.get("retry_after_date") is not None:  # Retry-After as an HTTP-date this many seconds ahead
+            fault["retry_after_date"] = _number(body["retry_after_date"], "retry_after_date", -86400, 86400)
     elif kind == "business_reject":
         message = body.get("message", "rejected by the demo service")
         if not isinstance(message, str):
@@ -330,6 +335,8 @@ def fault_reply(fault: dict) -> Reply:
     status = fault["status"]
     error = {429: "rate_limited", 503: "service_unavailable"}.get(status, "injected_status")
     headers = {"Retry-After": str(fault["retry_after"])} if "retry_after" in fault else {}
+    if "retry_after_date" in fault:
+        headers["Retry-After"] = formatdate(time.time() + fault["retry_after_date"], usegmt=True)
     return json_reply(status, {"error": error, "message": f"injected {status}"}, **headers)
 
 
@@ -582,7 +589,13 @@ def web_page(req: Request) -> Reply:
     if page is None:
         raise HTTPError(404, "not_found")
     body, content_type = page()
-    return Reply(200, body, content_type)
+    return Reply(200, body, content_type, headers={"X-Cost": page_cost(body)})
+
+
+def page_cost(body: bytes) -> str:
+    """What the demo web service says a page cost (its `X-Cost` header): 0.01 per started KiB.
+    ToolOps charges it to a run when the ToolSpec names the header (`executor.cost_header`)."""
+    return f"{0.01 * max(1, -(-len(body) // 1024)):.2f}"
 
 
 # --------------------------------------------------------------------------- control

@@ -33,10 +33,10 @@ from toolops.runtime.states import TERMINAL, State, TransitionNotAllowed, is_all
 from toolops.runtime.tracecontext import TraceContext, new_span_id
 
 from .authorization import authorization_decide
-from .budgets import budget_give_back, budget_take
+from .budgets import budget_give_back, budget_take, invocation_deadline, run_refusal
 from .confirmations import confirmation_row
 from .dispatch import enqueue_when_committed
-from .models import Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal
+from .models import Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal, Run
 from .runs import run_require_active
 from .tool_messages import ending_message_rows
 
@@ -66,16 +66,21 @@ def proposal_admit(
     JSON-RPC request id); it is stored on the proposal.
     """
     run = model_call.run
-    run_require_active(run)
-    # "Already posted?" is answered once, before any budget unit or grant limit is spent. A
+    # "Already posted?" is answered once, before any budget unit or grant limit is spent (and
+    # before the run's state: a re-post after the run ended still gets its answer). A
     # concurrent re-post that slips past it loses on the unique (model call, proposal id)
     # constraint below, gives its units back, and is answered from the winner's row.
     existing = _replayed(model_call, proposal_id, name, arguments_bytes)
     if existing is not None:
         return existing, False
+    if run.status != Run.Status.ACTIVE:
+        _refuse(model_call, proposal_id, name, arguments_bytes, _ended_run_error(run))
     counted_budget = (run.budgets or {}).get("tool_calls") is not None
     if counted_budget:
-        _take_tool_call(run, model_call, proposal_id, name, arguments_bytes)
+        try:
+            budget_take(run=run, key="tool_calls")
+        except BudgetExhausted as exc:
+            _refuse(model_call, proposal_id, name, arguments_bytes, exc)
     now = now or timezone.now()
     spec, visible, null_as_absent = _lookup_visible(model_call.pk, name)
     if spec is not None and spec.tenant_id not in (None, subject.tenant_id):
@@ -124,20 +129,40 @@ def proposal_admit(
     return invocation, True
 
 
-def _take_tool_call(run, model_call, proposal_id, name, arguments_bytes) -> None:
-    """Spend one ``tool_calls`` unit, or record the refused proposal and raise ``BudgetExhausted``."""
+def _ended_run_error(run: Run) -> ApplicationError:
+    """Why a run that has ended takes no new proposal: a budget ended it, or its agent did."""
+    if run.status == Run.Status.EXHAUSTED:
+        return run_refusal(run)
     try:
-        budget_take(run=run, key="tool_calls")
-    except BudgetExhausted:
-        try:
-            with transaction.atomic():
-                Proposal.objects.create(
-                    model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
-                    parser=parser_record(parser_limits()), span_id=new_span_id(), refusal="budget_exhausted",
-                )
-        except IntegrityError:
-            pass  # already recorded by a concurrent post of the same proposal
-        raise
+        run_require_active(run)
+    except Conflict as exc:
+        return exc
+    raise AssertionError("an active run has not ended")
+
+
+def _refuse(model_call: ModelCall, proposal_id: str, name: str, arguments_bytes: bytes, error: ApplicationError):
+    """Record the proposal as refused (no invocation, nothing spent) and raise ``error`` naming
+    the recorded refusal, so a client can answer the model's tool call (``refusal_id``)."""
+    try:
+        with transaction.atomic():
+            refused = Proposal.objects.create(
+                model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
+                parser=parser_record(parser_limits()), span_id=new_span_id(), refusal=error.code,
+            )
+    except IntegrityError:  # a concurrent post of the same proposal recorded it (or was admitted)
+        existing = _replayed(model_call, proposal_id, name, arguments_bytes)
+        if existing is not None:
+            raise Conflict("this proposal was admitted by a concurrent post", code="proposal_conflict",
+                           extra={"invocation_id": str(existing.pk)}) from None
+        refused = Proposal.objects.get(model_call=model_call, proposal_id=proposal_id)
+    error.extra = {**error.extra, **refusal_fields(refused)}
+    raise error
+
+
+def refusal_fields(proposal: Proposal) -> dict:
+    """What an error refusing a recorded proposal carries: the refusal's id and whose tool call it was."""
+    return {"refusal_id": str(proposal.pk), "proposal_id": proposal.proposal_id,
+            "model_call_id": str(proposal.model_call_id), "name": proposal.name}
 
 
 def _replayed(model_call: ModelCall, proposal_id: str, name: str, arguments_bytes: bytes) -> Invocation | None:
@@ -145,12 +170,12 @@ def _replayed(model_call: ModelCall, proposal_id: str, name: str, arguments_byte
     ``Conflict`` when it was posted with other content. One indexed read of the unique
     (model call, proposal id) pair — a lean statement, as every proposal pays for it."""
     rows = select_rows(
-        Proposal, ("id", "name", "arguments_bytes", "replay_of"), where="model_call_id = %s AND proposal_id = %s",
+        Proposal, ("id", "name", "arguments_bytes", "replay_of", "refusal"), where="model_call_id = %s AND proposal_id = %s",
         params=[("model_call", model_call.pk), ("proposal_id", proposal_id)],
     )
     if not rows:
         return None
-    prior_id, prior_name, prior_bytes, replay_of_id = rows[0]
+    prior_id, prior_name, prior_bytes, replay_of_id, refusal = rows[0]
     invocation = Invocation.objects.filter(proposal_id=prior_id).first() or (
         Invocation.objects.filter(pk=replay_of_id).first() if replay_of_id else None
     )
@@ -160,7 +185,22 @@ def _replayed(model_call: ModelCall, proposal_id: str, name: str, arguments_byte
             code="proposal_conflict",
             extra={"invocation_id": str(invocation.pk) if invocation else None},
         )
+    if invocation is None and refusal:
+        raise _recorded_refusal(Proposal.objects.select_related("model_call__run").get(pk=prior_id))
     return invocation
+
+
+def _recorded_refusal(proposal: Proposal) -> ApplicationError:
+    """The same answer as when the proposal was refused (a re-post is told again, never admitted)."""
+    run = proposal.model_call.run
+    if proposal.refusal == BudgetExhausted.code:
+        error: ApplicationError = run_refusal(run) if run.status != Run.Status.ACTIVE else BudgetExhausted(
+            "this proposal was refused: a run budget was used up")
+    else:
+        error = Conflict(f"this proposal was refused ({proposal.refusal})", code=proposal.refusal)
+    error.extra = {**error.extra, **refusal_fields(proposal)}
+    error.replayed = True
+    return error
 
 
 @functools.lru_cache(maxsize=2048)
@@ -209,6 +249,9 @@ def record_admission(
     )
     _check_chain(steps)
     fields = _admission_fields(plan, auth)
+    if auth and not auth.denied and not auth.needs_human:
+        # Released to execute now; a call waiting for a person gets its deadline at approval.
+        fields["deadline"] = invocation_deadline(spec=spec, run=run, released_at=timezone.now())
     proposal = Proposal(
         model_call=model_call, proposal_id=proposal_id, name=name, arguments_bytes=arguments_bytes,
         parsed_json=json.dumps(plan.parsed, ensure_ascii=False) if plan.steps[0].to_state == State.PARSED else "",

@@ -25,8 +25,9 @@ from .tool_messages import result_page, tool_message
 from .serializers import (
     AnthropicToolResultOut, CancelIn, EventOut, InvocationBatchOut, InvocationOut, InvocationRecordOut,
     MCPCallToolResultOut, ModelCallIn, ModelCallOut, OpenAIToolCallsIn, OpenAIToolMessageOut, ProposalBytesIn,
-    ProposalIn, ProposalTextIn, ResultPageOut, RunIn, RunOut, invocation_to_dict, run_to_dict,
+    ProposalIn, ProposalTextIn, ResultPageOut, RunIn, RunOut, invocation_to_dict, refusal_to_dict, run_to_dict,
 )
+from .models import Invocation
 
 WAIT_PARAM = OpenApiParameter(
     "wait", {"type": "number", "minimum": 0},
@@ -131,7 +132,10 @@ class ProposalCreateView(APIView):
             "The body is exactly one of: a proposal with `arguments` (the model's raw text), a proposal with "
             "`arguments_b64` (any bytes), or an OpenAI `tool_calls` list (at most TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST "
             "entries). A single proposal answers one invocation; `tool_calls` answers `{\"invocations\": [...]}` "
-            "in order. 201 when anything new was recorded, 200 for an exact replay."
+            "with one entry per tool call, in order: the invocation, or — when a run budget refused it — the recorded "
+            "refusal (`kind: \"refusal\"`, its `id`, the `proposal` and the `error`). Calls admitted before a "
+            "refusal are never undone. A single refused proposal answers `429 budget_exhausted` naming the recorded "
+            "refusal (`refusal_id`, `proposal_id`, `budget`). 201 when anything new was recorded, 200 for an exact replay."
         ),
     )
     def post(self, request, model_call_id):
@@ -140,24 +144,32 @@ class ProposalCreateView(APIView):
         proposals = _valid(OpenAIToolCallsIn, request.data, to=lambda s: s.to_proposals()) if batch else [
             _valid(ProposalIn, request.data)
         ]
-        results = [
-            proposal_admit(
-                model_call=call, subject=_subject(request), proposal_id=p["proposal_id"], name=p["name"],
-                arguments_bytes=p["arguments_bytes"], idempotency_key=_idempotency_key(request),
-                trace=request.trace,
-            )
-            for p in proposals
-        ]
-        invocations = [inv for inv, _ in results]
+        results = [self._admit(request, call, p, batch=batch) for p in proposals]
+        invocations = [inv for inv, _ in results if isinstance(inv, Invocation)]
         wait = _wait_seconds(request)
-        if wait > 0:  # without ?wait= the answer is what admission just wrote: nothing to re-read
+        if wait > 0 and invocations:  # without ?wait= the answer is what admission just wrote: nothing to re-read
             selectors.invocations_wait(invocations=invocations, seconds=wait)
         # A batch's attempts and confirmations in one query each, not two per tool call.
         prefetch_related_objects(invocations, "attempts", "confirmations__decided_by")
-        request.trace_id = invocations[0].trace_id
+        request.trace_id = invocations[0].trace_id if invocations else call.run.trace_id
         code = status.HTTP_201_CREATED if any(created for _, created in results) else status.HTTP_200_OK
-        body = [invocation_to_dict(inv) for inv in invocations]
+        body = [invocation_to_dict(inv) if isinstance(inv, Invocation) else inv for inv, _ in results]
         return Response({"invocations": body} if batch else body[0], status=code)
+
+    @staticmethod
+    def _admit(request, call, proposal: dict, *, batch: bool):
+        """One tool call: ``(invocation, created)``; in a batch a refused one is ``(refusal entry,
+        created)`` — every tool call gets its entry, and admitted ones are never undone."""
+        try:
+            return proposal_admit(
+                model_call=call, subject=_subject(request), proposal_id=proposal["proposal_id"], name=proposal["name"],
+                arguments_bytes=proposal["arguments_bytes"], idempotency_key=_idempotency_key(request),
+                trace=request.trace,
+            )
+        except ApplicationError as exc:
+            if not batch or "refusal_id" not in exc.extra:
+                raise
+            return refusal_to_dict(exc), not getattr(exc, "replayed", False)
 
 
 class InvocationDetailView(APIView):

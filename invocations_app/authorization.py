@@ -22,6 +22,7 @@ from toolops.runtime.requirements import RequirementError, requirements_for
 from toolops.runtime.admission import Step
 from toolops.runtime.states import State
 
+from .budgets import invocation_deadline
 from .confirmations import confirmation_open
 from .counters import counts_usage as _counting, default_counter
 from .dispatch import enqueue_when_committed
@@ -124,19 +125,21 @@ def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
         invocation_id=invocation.pk, normalized_arguments=invocation.normalized_arguments, now=timezone.now(),
         counter=counter,
     )
+    released = not outcome.denied and not outcome.needs_human  # else its deadline starts at approval
+    deadline = {"deadline": invocation_deadline(spec=invocation.tool_spec, run=invocation.run, released_at=timezone.now())} if released else {}
     with transaction.atomic():
         state = State.VALIDATED
         for step in outcome.steps():
             if step.kind == "confirmation_requested":
                 confirmation_open(invocation=invocation, expires_at=outcome.confirmation_expires_at)
                 continue
-            fields = {"authorization": outcome.record, **outcome.error_fields()} if state == State.VALIDATED else {}
+            fields = {"authorization": outcome.record, **outcome.error_fields(), **deadline} if state == State.VALIDATED else {}
             ending = step.to_state == State.AUTHORIZATION_REJECTED
             rows = ending_message_rows(invocation, error_code=fields["error_code"], error_message=fields["error_message"]) if ending else ()
             invocation_transition(invocation=invocation, src=state, dst=step.to_state, kind=step.kind, data=step.data,
                                   fields=fields, rows=rows)
             state = step.to_state
-        if not outcome.denied and not outcome.needs_human:
+        if released:
             enqueue_when_committed(invocation)
     return invocation
 

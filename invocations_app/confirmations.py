@@ -16,6 +16,7 @@ from django.utils import timezone
 from toolops.errors import ApplicationError, Conflict
 from toolops.runtime.states import State
 
+from .budgets import invocation_deadline
 from .dispatch import enqueue_when_committed
 from .models import Confirmation, Invocation
 from .tool_messages import ending_message_rows
@@ -87,14 +88,19 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
         decision_claim(confirmation, state=Confirmation.Status.APPROVED, user=user, reason=reason, now=now)
         if invocation.digest != digest_seen:  # defence in depth: the invocation itself changed
             raise StaleDigest("invocation digest differs from the approved one")
-        data = {"confirmation_id": str(confirmation.pk), "digest": digest_seen, "reason": reason}
+        # The call's deadline starts now, not at admission: the person's time is the confirmation's.
+        deadline = invocation_deadline(spec=invocation.tool_spec, run=invocation.run, released_at=now)
+        data = {"confirmation_id": str(confirmation.pk), "digest": digest_seen, "reason": reason,
+                "deadline": deadline.isoformat()}
         actor = f"user:{user.username}"
         if invocation.tool_spec.side_effect_class == "read_only":
+            Invocation.objects.filter(pk=invocation.pk).update(deadline=deadline)
+            invocation.deadline = deadline
             event_append(invocation=invocation, kind="confirmation_approved", data=data, actor=actor)
         else:
             invocation_transition(
                 invocation=invocation, src=State.AUTHORIZED, dst=State.PREPARED, kind="confirmation_approved",
-                data=data, actor=actor,
+                data=data, actor=actor, fields={"deadline": deadline},
             )
         enqueue_when_committed(invocation)
     return invocation

@@ -31,8 +31,7 @@ from django.utils import timezone
 
 from specs_app.models import Tenant, ToolSpec
 from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys, update_by_pk
-from toolops.errors import BudgetExhausted
-
+from toolops.runtime.deadlines import TimeoutPolicy
 from toolops.runtime.digest import CanonicalizationError, invocation_digest
 from toolops.runtime.execution import Commit, ExecutionOutcome
 from toolops.runtime.retry import Action, RetryPolicy, decide_retry
@@ -42,7 +41,7 @@ from toolops import otel
 from toolops.tracelog import trace_scope
 
 from . import executors
-from .budgets import attempt_refusal, budget_take
+from .budgets import attempt_refusal, budget_charge_cost
 from .dispatch import enqueue_execution
 from .http_client import grants_for_egress
 from .models import Attempt, Confirmation, Invocation, Proposal, Run
@@ -53,7 +52,6 @@ from .transitions import event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ATTEMPT_TIMEOUT = 10.0
 # An open attempt older than its timeout plus this grace belongs to a worker that is gone
 # (attempts recorded before leases existed; see LEASE_SECONDS for the rest).
 ABANDON_GRACE = timedelta(seconds=5)
@@ -66,7 +64,7 @@ WORKER = socket.gethostname()
 
 
 def attempt_timeout(invocation: Invocation) -> float:
-    return float((invocation.tool_spec.timeout_policy or {}).get("attempt_timeout_seconds", DEFAULT_ATTEMPT_TIMEOUT))
+    return TimeoutPolicy.from_dict(invocation.tool_spec.timeout_policy or None).attempt_timeout_seconds
 
 
 def retry_policy(invocation: Invocation) -> RetryPolicy:
@@ -320,15 +318,9 @@ def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
     lock: a cancel or a run ending after that is no different from one just after the send."""
     if inv.cancel_requested_at:
         return "cancelled", "cancelled before the request was sent"
-    ended = attempt_refusal(inv.run, fresh=True)
-    if ended:
-        return "budget_exhausted", ended
-    cost = (inv.tool_spec.executor or {}).get("cost")
-    if cost:
-        try:
-            budget_take(run=inv.run, key="cost", amount=Decimal(str(cost)))
-        except BudgetExhausted as exc:
-            return "budget_exhausted", exc.message
+    refusal = attempt_refusal(inv.run, fresh=True)
+    if refusal:
+        return refusal
     if _sent_digest(inv) != inv.digest:
         # What is about to leave must hash to the digest that was authorized (and confirmed):
         # arguments changed in the database after the decision are never sent.
@@ -399,6 +391,7 @@ def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome)
     if outcome.external_resource_id is not None:  # a column of its own: kept as redacted as the rest
         outcome = replace(outcome, external_resource_id=redacted(invocation, outcome.external_resource_id))
     record = redacted(invocation, outcome.to_dict())  # tools may echo credentials back
+    budget_charge_cost(run_id=invocation.run_id, amount=attempt_cost(invocation, outcome))
     if outcome.ok:
         _close_attempt(attempt, commit=outcome.commit, failure_class=None, outcome=record)
         return _succeed(invocation, outcome)
@@ -423,6 +416,20 @@ def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome)
         status="error", error={**(outcome.error or {}), "code": code}, commit_status=Commit.NOT_COMMITTED,
         data={"decision": decision.to_dict()},
     )
+
+
+def attempt_cost(invocation: Invocation, outcome: ExecutionOutcome) -> Decimal:
+    """What a sent attempt costs the run: the executor's reported cost, else the ToolSpec's
+    declared ``executor.cost`` (0 when it declares none). An attempt that provably never reached
+    the tool costs nothing unless the tool itself reported a cost."""
+    never_reached = outcome.failure_class == "not_reached" or (outcome.error or {}).get("reached") is False
+    if outcome.cost is None and never_reached:
+        return Decimal(0)
+    for cost in (outcome.cost, (invocation.tool_spec.executor or {}).get("cost")):
+        # Only a plain decimal the run's counter can hold; anything else falls through.
+        if cost is not None and not isinstance(cost, bool) and executors.COST_RE.fullmatch(str(cost)):
+            return Decimal(str(cost))
+    return Decimal(0)
 
 
 def _succeed(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:

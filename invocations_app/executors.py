@@ -9,7 +9,8 @@ Two kinds, chosen by ``ToolSpec.executor["kind"]``:
   whose secret values live server-side (``"secret:NAME"`` → ``settings.TOOLOPS_TOOL_SECRETS``),
   the idempotency header and/or client-reference header (both carry the *derived* remote key,
   ``toolops.runtime.remote_keys``), a status → outcome mapping, a lookup URL template,
-  ``follow_redirects`` (default 0). Every request goes through ``http_client.send``: egress
+  ``follow_redirects`` (default 0), ``cost_header`` (the response header in which the tool
+  reports what the call cost; otherwise the declared ``cost`` is charged). Every request goes through ``http_client.send``: egress
   policy per hop, the checked address pinned, one wall-clock deadline, a read cap from the
   result policy. Every request carries the attempt's ``traceparent``.
 
@@ -23,6 +24,8 @@ import json
 import logging
 import re
 import time
+from datetime import datetime, timezone
+from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import quote, urlsplit
@@ -30,7 +33,7 @@ from urllib.parse import quote, urlsplit
 from django.conf import settings
 
 from toolops.runtime.egress import MAX_REDIRECTS, EgressRefused, openers_from_allowlist
-from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status
+from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status, parse_retry_after
 from toolops.runtime.parser import ParseRejected, parse_strict
 from toolops.runtime.requirements import resolve_pointer
 from toolops.runtime.tool_messages import DEFAULT_MAX_RESPONSE_BYTES
@@ -42,6 +45,7 @@ from . import mcp_upstream
 
 logger = logging.getLogger(__name__)
 
+COST_RE = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,6})?")
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 # A template whose scheme and authority are written out (or are the operator's ``{base}``) sends
 # to a fixed origin; any other (``{url}``) takes its URL from the model and needs URL grants.
@@ -213,6 +217,7 @@ def _policy(config: dict, template: str, ctx: AttemptContext) -> EgressPolicy:
         url_from_arguments=from_arguments, grants=tuple(ctx.egress_grants),
         # The operator's allow-list opens only endpoints the ToolSpec fixes, never a model's URL.
         openers=frozenset() if from_arguments else operator_openers(),
+        keep_headers=(config["cost_header"].lower(),) if isinstance(config.get("cost_header"), str) else (),
     )
 
 
@@ -285,10 +290,16 @@ def _transport_failure(exc: TransportFailure, ctx: AttemptContext) -> ExecutionO
     return ExecutionOutcome(commit=commit, failure_class=failure, error={"code": code, "message": exc.message})
 
 
-def _retry_after(value: str | None) -> float | None:
-    if not value or not value.strip().isdigit():
-        return None  # an HTTP-date or garbage: no floor
-    return float(min(int(value.strip()), 86_400))
+def _reported_cost(config: dict, resp: HttpResponse) -> str | None:
+    """The cost the tool reported in the ToolSpec's ``cost_header`` (a non-negative decimal), or None.
+
+    Only a header the ToolSpec names counts: an arbitrary server cannot charge the run."""
+    name = config.get("cost_header")
+    if not isinstance(name, str) or not name:
+        return None
+    raw = resp.headers.get(name.lower(), "").strip()
+    # A plain decimal the run's counter can hold (18 digits, 6 after the point): no sign, no exponent.
+    return str(Decimal(raw)) if COST_RE.fullmatch(raw) else None
 
 
 def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> ExecutionOutcome:
@@ -315,7 +326,7 @@ def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> Exe
         untrusted = tuple(config.get("untrusted_pointers") or (() if body is not None else ("/text",)))
         return ExecutionOutcome(
             commit=commit, value=value, external_resource_id=_resource_id(config, body), http_status=resp.status,
-            untrusted_text_pointers=untrusted, detail=detail,
+            untrusted_text_pointers=untrusted, detail=detail, cost=_reported_cost(config, resp),
         )
     message = None
     if isinstance(body, dict):
@@ -324,7 +335,8 @@ def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> Exe
         message = "the tool answered with a redirect this ToolSpec does not follow"
     return ExecutionOutcome(
         commit=commit, failure_class=failure, http_status=resp.status, detail=detail,
-        retry_after_seconds=_retry_after(resp.headers.get("retry-after")),
+        retry_after_seconds=parse_retry_after(resp.headers.get("retry-after"), now=datetime.now(timezone.utc)),
+        cost=_reported_cost(config, resp),
         error={"code": "business_rejected" if failure == "business_rejected" else failure,
                "message": str(message or resp.reason or f"HTTP {resp.status}")[:500], "http_status": resp.status},
     )

@@ -70,13 +70,15 @@ class EgressPolicy:
     grants: tuple[Mapping, ...] = ()
     # (ip, port) pairs a denied address may still be reached on (named by grants or the operator).
     openers: frozenset[tuple[str, int]] = frozenset()
+    # Response headers kept beyond KEPT_HEADERS (lower-case), e.g. the ToolSpec's cost header.
+    keep_headers: tuple[str, ...] = ()
 
 
 @dataclass
 class HttpResponse:
     status: int
     reason: str
-    headers: dict[str, str]  # only KEPT_HEADERS, lower-case names
+    headers: dict[str, str]  # only KEPT_HEADERS (+ the policy's keep_headers), lower-case names
     body: bytes
     truncated: bool  # reading stopped at the cap: ``body`` is the first bytes only
     hops: list[str] = field(default_factory=list)  # every URL requested, in order
@@ -195,7 +197,8 @@ def _exchange(address: str, target: Target, method: str, headers: dict, body: by
             )
             raw = conn.getresponse()
             status, reason = int(raw.status), str(raw.reason or "")
-            kept = {name: str(raw.headers.get(name)) for name in KEPT_HEADERS if raw.headers.get(name) is not None}
+            kept = {name: str(raw.headers.get(name)) for name in KEPT_HEADERS + policy.keep_headers
+                    if raw.headers.get(name) is not None}
             if status in REDIRECT_STATUSES and raw.headers.get("location") is not None:
                 kept["location"] = str(raw.headers.get("location"))
             data, truncated = _read_capped(raw, policy.max_response_bytes)

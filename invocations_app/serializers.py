@@ -10,7 +10,7 @@ import re
 from django.conf import settings
 from django.core.validators import ProhibitNullCharactersValidator, RegexValidator
 from rest_framework.fields import ProhibitSurrogateCharactersValidator
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
 from toolops.errors import ApplicationError
@@ -512,10 +512,48 @@ class InvocationRecordOut(InvocationOut):
     tool_messages_available = serializers.ListField(child=serializers.ChoiceField(choices=FORMATS))
 
 
-class InvocationBatchOut(serializers.Serializer):
-    """The answer to an OpenAI ``tool_calls`` batch: one invocation per tool call, in order."""
+class RefusedProposalOut(serializers.Serializer):
+    """Whose tool call a refusal answers."""
 
-    invocations = InvocationOut(many=True)
+    model_call_id = serializers.UUIDField()
+    proposal_id = serializers.CharField(help_text="the model's tool_call id")
+    name = serializers.CharField()
+
+
+class RefusalErrorOut(serializers.Serializer):
+    code = serializers.CharField(help_text="budget_exhausted or run_ended")
+    message = serializers.CharField()
+    detail = serializers.DictField(help_text="e.g. {budget, limit}")
+
+
+class RefusalOut(serializers.Serializer):
+    """A tool call of a batch that was recorded but refused (no invocation was made; nothing ran).
+
+    Admitted calls of the same batch are not undone: the batch answers one entry per tool call."""
+
+    kind = serializers.ChoiceField(choices=["refusal"])
+    id = serializers.UUIDField(help_text="the recorded refusal (the proposal record's id)")
+    proposal = RefusedProposalOut()
+    error = RefusalErrorOut()
+
+
+def refusal_to_dict(error: ApplicationError) -> dict:
+    """A batch entry for a tool call refused with ``error`` (which names the recorded refusal)."""
+    extra = dict(error.extra)
+    proposal = {"model_call_id": extra.pop("model_call_id"), "proposal_id": extra.pop("proposal_id"), "name": extra.pop("name")}
+    refusal_id = extra.pop("refusal_id")
+    return {"kind": "refusal", "id": refusal_id, "proposal": proposal,
+            "error": {"code": error.code, "message": error.message, "detail": extra}}
+
+
+class InvocationBatchOut(serializers.Serializer):
+    """The answer to an OpenAI ``tool_calls`` batch: one entry per tool call, in order — the
+    invocation, or the recorded refusal with its id."""
+
+    # An admitted tool call (an invocation) or a refused one (``kind: "refusal"``).
+    invocations = PolymorphicProxySerializer(
+        component_name="BatchEntry", serializers=[InvocationOut, RefusalOut], resource_type_field_name=None, many=True,
+    )
 
 
 class ModelCallOut(serializers.Serializer):

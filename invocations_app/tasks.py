@@ -19,6 +19,7 @@ from toolops.runtime.states import State
 from toolops.runtime.tracecontext import parse_traceparent
 from toolops.tracelog import trace_scope
 
+from .budgets import runs_wall_clock_sweep
 from .confirmations import confirmations_expire_due
 from .dispatch import EXECUTE_TASK, enqueue_execution, ready_invocations_sweep
 from .execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
@@ -84,3 +85,9 @@ def confirmations_expire_due_task() -> int:
     """Periodic: expire pending confirmations past their time (each expiry is race-safe)."""
     return confirmations_expire_due()
 
+
+
+@shared_task(name="invocations.runs_wall_clock", ignore_result=True)
+def runs_wall_clock_task() -> int:
+    """Periodic: a run whose wall clock ran out cancels its calls that have not crossed the boundary."""
+    return runs_wall_clock_sweep()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -10,6 +11,8 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
+from toolops.runtime.deadlines import TimeoutPolicy
+from toolops.runtime.retry import RetryPolicy
 from toolops.runtime.authorization import GRANT_EFFECTS, SCOPE_KINDS, Limits, url_parts
 from toolops.runtime.egress import MAX_REDIRECTS
 from toolops.db_guards import TOOLSPEC_IMMUTABLE_COLUMNS
@@ -54,6 +57,12 @@ def toolspec_check(*, spec: ToolSpec) -> str:
         ResultPolicy.from_dict(spec.result_policy or None)
     except (TypeError, ValueError) as exc:
         raise ValidationError(f"result_policy: {exc}") from exc
+    for field, parse in (("timeout_policy", TimeoutPolicy.from_dict), ("retry_policy", RetryPolicy.from_dict)):
+        try:
+            parse(getattr(spec, field) or None)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(f"{field}: {exc}") from exc
+    _check_cost(spec.executor if isinstance(spec.executor, dict) else {})
     follow = (spec.executor or {}).get("follow_redirects", 0) if isinstance(spec.executor, dict) else 0
     if isinstance(follow, bool) or not isinstance(follow, int) or not 0 <= follow <= MAX_REDIRECTS:
         raise ValidationError(f"executor.follow_redirects must be an integer from 0 to {MAX_REDIRECTS}")
@@ -71,6 +80,18 @@ def toolspec_check_owner(*, spec: ToolSpec) -> None:
         owner = owners[0]
         raise ValidationError(f"{spec.name} already has versions owned by {owner or 'the platform (global)'}: "
                               "all versions of a tool have the same owner")
+
+
+def _check_cost(executor: dict) -> None:
+    """``executor.cost`` (the declared cost of one sent attempt) is a non-negative decimal;
+    ``executor.cost_header`` (where an HTTP tool reports its own cost) a header name."""
+    cost = executor.get("cost")
+    plain = isinstance(cost, (int, float, str)) and not isinstance(cost, bool) and re.fullmatch(r"[0-9]{1,12}(\.[0-9]{1,6})?", str(cost))
+    if cost is not None and not plain:
+        raise ValidationError("executor.cost must be a non-negative decimal (up to 12 digits, 6 after the point)")
+    header = executor.get("cost_header")
+    if header is not None and not (isinstance(header, str) and re.fullmatch(r"[A-Za-z0-9-]{1,64}", header)):
+        raise ValidationError("executor.cost_header must be an HTTP header name")
 
 
 def toolspec_publish(*, spec: ToolSpec) -> ToolSpec:

@@ -369,6 +369,8 @@ CELERY_BEAT_SCHEDULE = {
     # attempts whose lease lapsed and sweeps ready calls whose message never arrived.
     "enqueue-due-executions": {"task": "invocations.enqueue_due", "schedule": 2.0},
     "reconcile-unknown-outcomes": {"task": "invocations.reconcile", "schedule": 5.0},
+    # The one budget whose end cancels: calls of a run past its wall clock that still wait.
+    "runs-wall-clock": {"task": "invocations.runs_wall_clock", "schedule": 5.0},
     # Imported MCP tools: a changed or vanished upstream definition quarantines its ToolSpec.
     "refresh-upstream-definitions": {"task": "specs.upstream_refresh", "schedule": float(env_int("TOOLOPS_UPSTREAM_REFRESH_SECONDS", 60))},
 }

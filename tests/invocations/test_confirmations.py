@@ -368,7 +368,9 @@ def test_it_records_an_approval_as_an_event_with_the_user_and_reason(session, al
     event = Event.objects.get(invocation=inv, kind="confirmation_approved")
     assert event.actor == "user:alice"
     assert (event.from_state, event.to_state) == ("AUTHORIZED", "PREPARED")
-    assert event.data == {"confirmation_id": str(confirmation.pk), "digest": inv.digest, "reason": "checked the date"}
+    inv.refresh_from_db()
+    assert event.data == {"confirmation_id": str(confirmation.pk), "digest": inv.digest, "reason": "checked the date",
+                          "deadline": inv.deadline.isoformat()}  # the call's deadline starts at approval
 
 
 @pytest.mark.django_db

@@ -2,6 +2,9 @@
 (issue 11 item 6): classified, never a crash; bad URLs and schemes are permanent, not reached."""
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+
 import pytest
 
 from invocations_app.executors import AttemptContext, _from_response, execute
@@ -64,3 +67,17 @@ def test_it_refuses_bad_urls_and_schemes_as_permanent_and_not_reached(url, code,
     assert outcome.failure_class == "permanent" and outcome.error["reached"] is False
     assert outcome.error["code"] in (code, "bad_url")
     assert outcome.commit == (Commit.NOT_APPLICABLE if side_effect_class == "read_only" else Commit.NOT_COMMITTED)
+
+
+def test_it_honours_a_retry_after_given_as_an_http_date():
+    later = datetime.now(timezone.utc) + timedelta(seconds=30)
+    outcome = _from_response({}, _resp(429, b"{}", **{"retry-after": format_datetime(later, usegmt=True)}), _ctx())
+    assert 27 <= outcome.retry_after_seconds <= 30
+
+
+@pytest.mark.parametrize("header,expected", [("0.25", "0.25"), (" 3 ", "3"), ("-1", None), ("NaN", None), ("1e999999", None), ("", None)])
+def test_it_reads_the_cost_only_from_the_header_the_toolspec_names(header, expected):
+    named = _from_response({"cost_header": "X-Cost"}, _resp(200, b"{}", **{"x-cost": header}), _ctx())
+    assert named.cost == expected
+    unnamed = _from_response({}, _resp(200, b"{}", **{"x-cost": header}), _ctx())
+    assert unnamed.cost is None  # a server cannot charge a run through a header the ToolSpec never named

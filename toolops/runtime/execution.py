@@ -8,7 +8,13 @@ request may have reached the tool but no answer came back (timeouts, dropped con
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
+
+# A Retry-After beyond a day is a remote's mistake or a trap: the floor is capped here (the
+# call's deadline usually ends things much earlier).
+MAX_RETRY_AFTER_SECONDS = 86_400.0
 
 
 class Commit:
@@ -28,6 +34,9 @@ class ExecutionOutcome:
     external_resource_id: str | None = None
     failure_class: str | None = None  # not_reached | rate_limited | transient | timeout_unknown | business_rejected | permanent
     retry_after_seconds: float | None = None
+    # What the tool reported this attempt cost (e.g. the HTTP executor's ``cost_header``);
+    # None: it said nothing, and the ToolSpec's declared ``executor.cost`` is charged instead.
+    cost: str | None = None
     http_status: int | None = None
     untrusted_text_pointers: tuple[str, ...] = ()
     detail: dict = field(default_factory=dict)
@@ -40,7 +49,7 @@ class ExecutionOutcome:
         return {
             "commit": self.commit, "error": self.error, "external_resource_id": self.external_resource_id,
             "failure_class": self.failure_class, "retry_after_seconds": self.retry_after_seconds,
-            "http_status": self.http_status, "detail": self.detail,
+            "http_status": self.http_status, "detail": self.detail, "cost": self.cost,
         }
 
 
@@ -96,3 +105,27 @@ def outcome_for_status(*, status: int, side_effect_class: str, status_map: dict 
     if kind in ("transient", "timeout_unknown") and status >= 500 or kind == "timeout_unknown":
         return Commit.UNKNOWN, kind
     return Commit.NOT_COMMITTED, kind
+
+
+def parse_retry_after(value: str | None, *, now: datetime) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (RFC 9110 §10.2.3), or None when unusable.
+
+    Either form: ``delay-seconds`` (digits only) or an HTTP-date (IMF-fixdate, or the obsolete
+    RFC 850 / asctime forms every recipient must accept). A date in the past means 0; anything
+    else (a sign, a fraction, garbage, a naive ``now``) gives None — no floor. Capped at
+    ``MAX_RETRY_AFTER_SECONDS``.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text.isascii() and text.isdigit():
+        return min(float(int(text)), MAX_RETRY_AFTER_SECONDS)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when is None or when.utcoffset() is None or now.utcoffset() is None:
+        return None  # HTTP-dates are always GMT; one without a zone is not an HTTP-date
+    return min(max(0.0, (when - now).total_seconds()), MAX_RETRY_AFTER_SECONDS)
