@@ -31,6 +31,7 @@ from django.conf import settings
 
 from toolops.runtime.egress import MAX_REDIRECTS, EgressRefused, openers_from_allowlist
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status
+from toolops.runtime.media import binary_body, decode_text
 from toolops.runtime.parser import ParseRejected, parse_strict
 from toolops.runtime.requirements import resolve_pointer
 from toolops.runtime.tool_messages import DEFAULT_MAX_RESPONSE_BYTES
@@ -306,31 +307,42 @@ def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> Exe
             error={"code": "response_too_large", "message": f"the response exceeds {ctx.max_response_bytes} bytes"},
         )
     if failure is None:
+        text = None if body is not None else _text(resp)
+        if body is None and text is None:  # bytes, never decoded: the worker stores them (results.py)
+            return ExecutionOutcome(
+                commit=commit, http_status=resp.status, detail=detail,
+                binary=binary_body(resp.headers.get("content-type"), resp.body, truncated=resp.truncated),
+            )
         if body is not None:
             value = body
         else:
-            value = {"content_type": resp.headers.get("content-type", "")[:200], "text": _text(resp)}
+            value = {"content_type": resp.headers.get("content-type", "")[:200], "text": text}
             if resp.truncated:
                 value["truncated_at_bytes"] = ctx.max_response_bytes
-        untrusted = tuple(config.get("untrusted_pointers") or (() if body is not None else ("/text",)))
         return ExecutionOutcome(
             commit=commit, value=value, external_resource_id=_resource_id(config, body), http_status=resp.status,
-            untrusted_text_pointers=untrusted, detail=detail,
+            untrusted_text_pointers=tuple(config.get("untrusted_pointers") or ()), detail=detail,
         )
-    message = None
+    remote = None
     if isinstance(body, dict):
-        message = next((body[k] for k in ("message", "error") if isinstance(body.get(k), str)), None)
+        remote = next((body[k] for k in ("message", "error") if isinstance(body.get(k), str)), None)
+    message = f"the tool answered HTTP {resp.status}"
     if resp.status in http_client.REDIRECT_STATUSES:
-        message = "the tool answered with a redirect this ToolSpec does not follow"
+        message, remote = "the tool answered with a redirect this ToolSpec does not follow", None
+    error = {"code": "business_rejected" if failure == "business_rejected" else failure, "message": message,
+             "http_status": resp.status}
+    if remote or resp.reason:
+        # The remote's own words are outside text: the model reads them only as untrusted data.
+        error["remote_message"] = str(remote or resp.reason)[:500]
     return ExecutionOutcome(
         commit=commit, failure_class=failure, http_status=resp.status, detail=detail,
-        retry_after_seconds=_retry_after(resp.headers.get("retry-after")),
-        error={"code": "business_rejected" if failure == "business_rejected" else failure,
-               "message": str(message or resp.reason or f"HTTP {resp.status}")[:500], "http_status": resp.status},
+        retry_after_seconds=_retry_after(resp.headers.get("retry-after")), error=error,
+        untrusted_text_pointers=("/remote_message",) if "remote_message" in error else (),
     )
 
 
-def _text(resp: HttpResponse) -> str:
+def _text(resp: HttpResponse) -> str | None:
+    """The body as text, or None when it is bytes (``toolops.runtime.media``)."""
     if resp.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
-        return ""  # compressed despite Accept-Encoding: identity — never inflated (no bombs)
-    return resp.body.decode("utf-8", errors="replace")
+        return None  # compressed despite Accept-Encoding: identity — never inflated (no bombs): bytes
+    return decode_text(resp.headers.get("content-type"), resp.body, truncated=resp.truncated)

@@ -29,6 +29,7 @@ class ProblemOut(serializers.Serializer):
 _TITLES = {
     400: "Malformed or invalid request", 401: "Missing, unknown or revoked API token", 404: "Not found for this subject",
     409: "Conflict with the resource's state", 413: "Request too large", 415: "Body is not JSON",
+    410: "Gone: the resource expired",
     422: "Idempotency key reused with other arguments or expired", 429: "Rate limit or run budget reached (see Retry-After)",
     500: "Unexpected error (the body carries the trace id)",
     503: "Database or broker unavailable; retry after Retry-After seconds",

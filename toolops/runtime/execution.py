@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .media import BinaryBody
+
 
 class Commit:
     COMMITTED = "committed"
@@ -31,6 +33,7 @@ class ExecutionOutcome:
     http_status: int | None = None
     untrusted_text_pointers: tuple[str, ...] = ()
     detail: dict = field(default_factory=dict)
+    binary: BinaryBody | None = None  # a body that is bytes, not text: kept as bytes, never decoded
 
     @property
     def ok(self) -> bool:
@@ -41,6 +44,8 @@ class ExecutionOutcome:
             "commit": self.commit, "error": self.error, "external_resource_id": self.external_resource_id,
             "failure_class": self.failure_class, "retry_after_seconds": self.retry_after_seconds,
             "http_status": self.http_status, "detail": self.detail,
+            **({"binary": {"media_type": self.binary.media_type, "size_bytes": self.binary.size,
+                           "sha256": self.binary.sha256, "truncated": self.binary.truncated}} if self.binary else {}),
         }
 
 
