@@ -123,7 +123,7 @@ class ProposalCreateView(APIView):
             201: PROPOSAL_ANSWER, 200: PROPOSAL_ANSWER,
             **problem_responses({
                 400: ["invalid_idempotency_key"], 404: ["not_found"],
-                409: ["run_ended", "proposal_conflict", "idempotency_in_progress"],
+                409: ["run_ended", "proposal_conflict", "idempotency_key_in_use"],
                 413: ["too_many_tool_calls"], 422: ["idempotency_key_reused", "idempotency_key_expired"],
                 429: ["budget_exhausted"],
             }, body=True),

@@ -13,6 +13,7 @@ from rest_framework.fields import ProhibitSurrogateCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from toolops import error_codes
 from toolops.errors import ApplicationError
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.zones import iana_zone_names, is_iana_zone
@@ -473,7 +474,9 @@ class ResultOut(serializers.Serializer):
 
 
 class InvocationErrorOut(serializers.Serializer):
-    code = serializers.CharField()
+    code = serializers.ChoiceField(choices=error_codes.INVOCATION_CHOICES, help_text=(
+        "why the call ended without an effect, or the interim state of a call still open "
+        "(README: Error codes)"))
     message = serializers.CharField(allow_blank=True)
     detail = AnyJSON()
 

@@ -206,12 +206,12 @@ def test_a_key_still_in_progress_is_reported_and_not_executed_twice(demo_agent, 
     first = _created(_post(demo_agent, call, "call_1", CAL, CAL_ARGS, key=key))
     assert first["state"] == "AUTHORIZED" and first["confirmation"]["state"] == "pending"
 
-    body = _problem(_post(demo_agent, call, "call_2", CAL, CAL_ARGS, key=key), 409, "idempotency_in_progress")
+    body = _problem(_post(demo_agent, call, "call_2", CAL, CAL_ARGS, key=key), 409, "idempotency_key_in_use")
     assert body["invocation_id"] == first["id"] and body["state"] == "AUTHORIZED"
 
     # Approved and PREPARED (no worker yet): still in progress.
     _approve(first["id"])
-    body = _problem(_post(demo_agent, call, "call_3", CAL, CAL_ARGS_OTHER_BYTES, key=key), 409, "idempotency_in_progress")
+    body = _problem(_post(demo_agent, call, "call_3", CAL, CAL_ARGS_OTHER_BYTES, key=key), 409, "idempotency_key_in_use")
     assert body["invocation_id"] == first["id"] and body["state"] == "PREPARED"
 
     assert Invocation.objects.filter(idempotency_key=key).count() == 1
@@ -251,8 +251,8 @@ def test_an_expired_key_follows_the_toolspec_policy(demo_agent):
     taking_over = _created(_post(demo_agent, call, "call_2", new_call_spec.ref, CAL_ARGS, key=key))
     assert taking_over["state"] == "AUTHORIZED"  # same key, other tool: another scope
     # Before expiry both refuse a second use.
-    _problem(_post(demo_agent, call, "call_3", CAL, CAL_ARGS, key=key), 409, "idempotency_in_progress")
-    _problem(_post(demo_agent, call, "call_4", new_call_spec.ref, CAL_ARGS, key=key), 409, "idempotency_in_progress")
+    _problem(_post(demo_agent, call, "call_3", CAL, CAL_ARGS, key=key), 409, "idempotency_key_in_use")
+    _problem(_post(demo_agent, call, "call_4", new_call_spec.ref, CAL_ARGS, key=key), 409, "idempotency_key_in_use")
 
     past = timezone.now() - timedelta(seconds=1)
     assert IdempotencyRecord.objects.filter(key=key).update(expires_at=past) == 2
@@ -267,7 +267,7 @@ def test_an_expired_key_follows_the_toolspec_policy(demo_agent):
     assert str(record.invocation_id) == fresh["id"] and record.expires_at > timezone.now()
     assert record.status == "in_progress"
     # And the new binding is a binding: a further use is in progress again.
-    _problem(_post(demo_agent, call, "call_7", new_call_spec.ref, CAL_ARGS, key=key), 409, "idempotency_in_progress")
+    _problem(_post(demo_agent, call, "call_7", new_call_spec.ref, CAL_ARGS, key=key), 409, "idempotency_key_in_use")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -304,7 +304,7 @@ def test_fifty_concurrent_posts_with_one_key_make_one_call_and_one_event(demo_ag
             continue
         assert status in (200, 409), (status, body)
         if status == 409:
-            assert body["code"] == "idempotency_in_progress" and body["invocation_id"] == original
+            assert body["code"] == "idempotency_key_in_use" and body["invocation_id"] == original
         else:
             assert body["id"] == original
 
