@@ -321,7 +321,7 @@ def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> Exe
                 value["truncated_at_bytes"] = ctx.max_response_bytes
         return ExecutionOutcome(
             commit=commit, value=value, external_resource_id=_resource_id(config, body), http_status=resp.status,
-            untrusted_text_pointers=tuple(config.get("untrusted_pointers") or ()), detail=detail,
+            detail=detail,  # all of it is outside text: results.py wraps it (result_policy.untrusted_text)
         )
     remote = None
     if isinstance(body, dict):
