@@ -479,7 +479,7 @@ def test_a_large_page_is_truncated_and_pages_back_byte_for_byte(demo_agent, work
     assert len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()) <= 2048
     result = payload["result"]
     assert result["total_bytes"] == len(full_stored) and result["next_cursor"]
-    assert payload["untrusted_fields"] == ["/text"]
+    assert payload["untrusted_fields"] == [""]  # every string of the external result
 
     # Continue from the message's cursor, page by page.
     pieces, cursor, pages = [result["preview"].encode("utf-8")], result["next_cursor"], 0
@@ -510,7 +510,7 @@ def test_a_large_page_is_truncated_and_pages_back_byte_for_byte(demo_agent, work
     value = json.loads(full_stored)
     assert value["text"]["untrusted_data"]["text"] == page_text
     assert value["text"]["untrusted_data"]["source"] == "tool_output"
-    assert value["content_type"].startswith("text/html")
+    assert value["content_type"]["untrusted_data"]["text"].startswith("text/html")
 
     _problem(demo_agent.get(f"/api/v1/invocations/{inv['id']}/result", cursor="not-a-cursor!"), 400, "invalid_cursor")
 
@@ -529,7 +529,7 @@ def test_injected_instructions_come_back_only_as_untrusted_data(demo_agent, work
         _check_sdk(fmt, message, is_error=False)
         payload = _payload(fmt, message)
         assert payload["truncated"] is False  # the structure is checkable, not only a preview string
-        assert payload["untrusted_fields"] == ["/text"]
+        assert payload["untrusted_fields"] == [""]
         wrapped = payload["result"]["text"]["untrusted_data"]
         assert wrapped["source"] == "tool_output" and INJECTION_MARK in wrapped["text"]
         outside = [s for s, inside in _strings(payload) if not inside and INJECTION_MARK in s]
