@@ -31,7 +31,7 @@ from django.conf import settings
 
 from toolops.runtime.egress import MAX_REDIRECTS, EgressRefused, openers_from_allowlist
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status
-from toolops.runtime.media import binary_body, decode_text
+from toolops.runtime.media import binary_body, decode_text, holds_nul
 from toolops.runtime.parser import ParseRejected, parse_strict
 from toolops.runtime.requirements import resolve_pointer
 from toolops.runtime.tool_messages import DEFAULT_MAX_RESPONSE_BYTES
@@ -296,6 +296,8 @@ def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> Exe
     status_map = config.get("status_map") if isinstance(config.get("status_map"), dict) else None
     commit, failure = outcome_for_status(status=resp.status, side_effect_class=ctx.side_effect_class, status_map=status_map)
     body = _json(resp)
+    if holds_nul(body):
+        body = None  # kept as its JSON text, where the NUL stays an escape (jsonb cannot store U+0000)
     detail = {"bytes_read": len(resp.body)}
     if resp.truncated:
         detail["response_truncated"] = True

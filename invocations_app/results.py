@@ -57,6 +57,8 @@ def invocation_finish_with_message(
     # A run's budgets never change (the worker's claim has loaded the run already): an uncapped
     # count needs no answer, so it travels with the event and the messages.
     uncapped = (invocation.run.budgets or {}).get("result_bytes") is None
+    # A binary result's bytes count too: they are stored and served, only referenced in the message.
+    nbytes = encoded.total_bytes + (binary.size if extra_rows else 0)
     conflict = None
     # No savepoint (two round trips when nested): the transition goes first, so a lost race
     # has written nothing and is raised after the block, leaving the caller's transaction usable.
@@ -65,14 +67,14 @@ def invocation_finish_with_message(
             invocation_transition(
                 invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}), fields=fields,
                 rows=[*message_rows(invocation, result, encoded), *extra_rows],
-                statements=[result_bytes_increment(run_id=invocation.run_id, nbytes=encoded.total_bytes)] if uncapped else (),
+                statements=[result_bytes_increment(run_id=invocation.run_id, nbytes=nbytes)] if uncapped else (),
             )
         except TransitionConflict as exc:
             conflict = exc
         else:
             _settle_idempotency(invocation, ok=status == "ok")
             if not uncapped:
-                budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes)
+                budget_add_result_bytes(run_id=invocation.run_id, nbytes=nbytes)
     if conflict is not None:
         raise conflict
     otel.export_span(

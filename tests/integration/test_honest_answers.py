@@ -151,11 +151,13 @@ def test_a_binary_page_comes_back_as_a_reference_with_an_image_block_never_as_te
     url = f"{demo_services.base}/web/pages/binary"
     png = requests.get(url, timeout=10).content
     assert png.startswith(b"\x89PNG")
-    _, call = _call(demo_agent, [WEB])
+    run, call = _call(demo_agent, [WEB])
     inv = _propose(demo_agent, call, WEB, {"url": url})
     done = _settled(demo_agent, inv["id"])
     assert done["state"] == "OBSERVED", done
     assert len(done["attempts"]) == 1
+    # The stored bytes count against the run's result_bytes, not only the reference.
+    assert demo_agent.get(f"/api/v1/runs/{run['id']}").json()["used"]["result_bytes"] > len(png)
 
     messages = {fmt: _message(demo_agent, inv["id"], fmt) for fmt in FORMATS}
     for fmt, (raw, message) in messages.items():

@@ -80,3 +80,15 @@ def decode_text(content_type: str | None, body: bytes, *, truncated: bool = Fals
 
 def binary_body(content_type: str | None, body: bytes, *, truncated: bool = False) -> BinaryBody:
     return BinaryBody(media_type=media_type(content_type) or OCTET_STREAM, data=body, truncated=truncated)
+
+
+def holds_nul(value) -> bool:
+    """True when a parsed JSON value has U+0000 in a string or key: PostgreSQL's jsonb cannot
+    store it, so such a body is kept as its JSON text instead (where the NUL stays escaped)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(holds_nul(k) or holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(holds_nul(v) for v in value)
+    return False
