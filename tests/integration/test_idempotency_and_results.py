@@ -402,8 +402,8 @@ def test_cancel_during_an_in_flight_write_is_recorded_and_the_committed_effect_s
 
     wait_for(in_flight, timeout=20, interval=0.05)
     resp = demo_agent.post(f"/api/v1/invocations/{inv['id']}/cancel", {"reason": "too late?"})
-    assert resp.status_code == 200, resp.content
-    assert resp.json()["state"] == "EXECUTING"  # recorded, not yet honoured
+    assert resp.status_code == 202, resp.content  # API.md: accepted, honoured only if nothing commits
+    assert resp.json()["state"] == "EXECUTING" and resp.json()["cancel_requested"] is True
     assert Invocation.objects.get(pk=inv["id"]).cancel_requested_at is not None
 
     done = _settled(demo_agent, inv["id"])
