@@ -352,7 +352,7 @@ def _idempotent_replay(record, *, model_call, proposal_id, name, arguments_bytes
     original.refresh_from_db()
     if original.state not in TERMINAL:
         raise Conflict("the call with this idempotency key is still in progress",
-                       code="idempotency_in_progress", extra={**extra, "state": original.state})
+                       code="idempotency_key_in_use", extra={**extra, "state": original.state})
     return original
 
 

@@ -7,7 +7,8 @@ import re
 from django.conf import settings
 from django.db.models import prefetch_related_objects
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,12 +17,13 @@ from specs_app.selectors import toolspec_renderable
 from toolops.api_schema import problem_responses
 from toolops.errors import ApplicationError
 from toolops.runtime.rendering import rendering_metadata
+from toolops.runtime.states import State
 
 from . import selectors
 from .admission import proposal_admit
 from .cancellation import invocation_cancel
 from .runs import model_call_create, run_create, run_finish
-from .tool_messages import result_page, tool_message
+from .tool_messages import result_binary, result_page, tool_message
 from .serializers import (
     AnthropicToolResultOut, CancelIn, EventOut, InvocationBatchOut, InvocationOut, InvocationRecordOut,
     MCPCallToolResultOut, ModelCallIn, ModelCallOut, OpenAIToolCallsIn, OpenAIToolMessageOut, ProposalBytesIn,
@@ -122,7 +124,7 @@ class ProposalCreateView(APIView):
             201: PROPOSAL_ANSWER, 200: PROPOSAL_ANSWER,
             **problem_responses({
                 400: ["invalid_idempotency_key"], 404: ["not_found"],
-                409: ["run_ended", "proposal_conflict", "idempotency_in_progress"],
+                409: ["run_ended", "proposal_conflict", "idempotency_key_in_use"],
                 413: ["too_many_tool_calls"], 422: ["idempotency_key_reused", "idempotency_key_expired"],
                 429: ["budget_exhausted"],
             }, body=True),
@@ -186,6 +188,7 @@ class InvocationDetailView(APIView):
         body["tool_definition_seen"] = selectors.tool_definition_seen(invocation=inv)
         body["included_in_model_calls"] = selectors.model_calls_including(invocation=inv)
         body["tool_messages_available"] = sorted(inv.tool_messages.values_list("format", flat=True))
+        body["messages_carried"] = selectors.messages_carried(invocation=inv)
         return Response(body)
 
 
@@ -199,14 +202,19 @@ class InvocationEventsView(APIView):
 
 
 class InvocationCancelView(APIView):
-    @extend_schema(request=CancelIn, responses={200: InvocationOut, **problem_responses({
-        404: ["not_found"], 409: ["not_cancellable"]}, body=True)}, summary="Cancel before the commit boundary")
+    @extend_schema(request=CancelIn, responses={
+        200: InvocationOut, 202: InvocationOut, **problem_responses({404: ["not_found"], 409: ["not_cancellable"]}, body=True),
+    }, summary="Cancel before the commit boundary",
+        description="200: cancelled (CANCELLED_BEFORE_COMMIT, or FAILED_BEFORE_COMMIT `cancelled` between attempts). "
+        "202 with `cancel_requested: true`: an attempt is in flight; the call ends cancelled only if it did not "
+        "cross the commit boundary. 409 `not_cancellable`: the effect, if any, stands.")
     def post(self, request, invocation_id):
         inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
         data = _valid(CancelIn, request.data)  # no body: {}; a JSON null or a list is refused
         inv = invocation_cancel(invocation=inv, actor=f"subject:{_subject(request).pk}", reason=data["reason"])
         request.trace_id = inv.trace_id
-        return Response(invocation_to_dict(inv))
+        pending = inv.state == State.EXECUTING and inv.cancel_requested_at is not None
+        return Response(invocation_to_dict(inv), status=status.HTTP_202_ACCEPTED if pending else status.HTTP_200_OK)
 
 
 def _valid(serializer_class, data, to=None):
@@ -249,7 +257,7 @@ class InvocationToolMessageView(APIView):
     @extend_schema(
         parameters=[OpenApiParameter("format", str, enum=["openai", "anthropic", "mcp"], description="default: openai")],
         responses={200: TOOL_MESSAGE, **problem_responses({400: ["invalid_format"], 404: ["not_found"], 409: ["not_final"]})},
-        summary="The exact tool-message bytes recorded for the model (409 until final or awaiting confirmation)",
+        summary="The exact tool-message bytes for the model: final, awaiting_confirmation or outcome_unknown (else 409)",
     )
     def get(self, request, invocation_id):
         fmt = request.query_params.get("format", "openai")
@@ -276,3 +284,22 @@ class InvocationResultView(APIView):
         request.trace_id = inv.trace_id
         return Response({"chunk_b64": base64.b64encode(chunk).decode("ascii"), "chunk_bytes": len(chunk),
                          "next_cursor": next_cursor, "total_bytes": total})
+
+
+class InvocationBinaryView(APIView):
+    @extend_schema(
+        responses={(200, "application/octet-stream"): OpenApiResponse(
+            OpenApiTypes.BINARY, description="the bytes exactly as the tool sent them; Content-Type is their media type"),
+            **problem_responses({404: ["not_found"], 409: ["no_binary_result"], 410: ["binary_result_expired"]})},
+        summary="A binary result's bytes (the tool message references them by media type, size and SHA-256)",
+    )
+    def get(self, request, invocation_id):
+        inv = selectors.invocation_get(subject=_subject(request), invocation_id=invocation_id)
+        stored = result_binary(invocation=inv)
+        request.trace_id = inv.trace_id
+        response = HttpResponse(bytes(stored.body), content_type=stored.media_type)
+        response["Content-Disposition"] = f'attachment; filename="{inv.pk}"'  # never rendered inline by a browser
+        response["X-Content-Type-Options"] = "nosniff"
+        response["ETag"] = f'"{stored.sha256}"'
+        response["Repr-Digest"] = f"sha-256=:{base64.b64encode(bytes.fromhex(stored.sha256)).decode('ascii')}:"
+        return response

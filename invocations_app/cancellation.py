@@ -28,6 +28,9 @@ def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -
     stands and only later steps stop."""
     invocation.refresh_from_db()
     if invocation.state == State.EXECUTING:
+        if _cancel_between_attempts(invocation, actor=actor, reason=reason):
+            invocation.refresh_from_db()
+            return invocation
         updated = Invocation.objects.filter(pk=invocation.pk, state=State.EXECUTING, cancel_requested_at__isnull=True).update(
             cancel_requested_at=timezone.now()
         )
@@ -59,6 +62,27 @@ def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -
             f"invocation moved to {invocation.state} meanwhile", code="not_cancellable", extra={"state": invocation.state}
         ) from None
     return invocation
+
+
+def _cancel_between_attempts(invocation: Invocation, *, actor: str, reason: str) -> bool:
+    """EXECUTING with no attempt in flight (waiting for a retry): nothing is crossing the
+    boundary now, so the call ends here, FAILED_BEFORE_COMMIT ``cancelled`` (the only edge out
+    of EXECUTING that says so). The row lock orders this against the worker's claim, which
+    opens an attempt under the same lock: either the claim sees the call ended, or this sees
+    the attempt open and only records the request."""
+    with transaction.atomic():
+        locked = Invocation.objects.select_for_update().filter(pk=invocation.pk, state=State.EXECUTING).first()
+        if locked is None or locked.attempts.filter(ended_at__isnull=True).exists():
+            return False
+        error = {"error_code": "cancelled", "error_message": reason or "cancelled between attempts; nothing was in flight"}
+        invocation_transition(
+            invocation=invocation, src=State.EXECUTING, dst=State.FAILED_BEFORE_COMMIT, kind="cancelled",
+            data={"reason": reason, "between_attempts": True}, actor=actor,
+            fields={**error, "commit_status": "not_committed", "result_status": "error", "next_attempt_at": None,
+                    "observed_at": timezone.now()},
+            rows=ending_message_rows(invocation, **error),
+        )
+    return True
 
 
 def run_invocations_cancel(*, run: Run, reason: str) -> None:

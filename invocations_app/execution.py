@@ -414,7 +414,7 @@ def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome)
     return invocation_finish_with_message(
         invocation=invocation, src=State.EXECUTING, dst=State.FAILED_BEFORE_COMMIT, kind="failed_before_commit",
         status="error", error={**(outcome.error or {}), "code": code}, commit_status=Commit.NOT_COMMITTED,
-        data={"decision": decision.to_dict()},
+        data={"decision": decision.to_dict()}, untrusted_text_pointers=outcome.untrusted_text_pointers,
     )
 
 
@@ -445,7 +445,7 @@ def _succeed(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:
     return invocation_finish_with_message(
         invocation=inv, src=src, dst=State.OBSERVED, kind="observed", status="ok", value=outcome.value,
         commit_status=outcome.commit, external_resource_id=outcome.external_resource_id,
-        untrusted_text_pointers=outcome.untrusted_text_pointers,
+        untrusted_text_pointers=outcome.untrusted_text_pointers, binary=outcome.binary,
     )
 
 

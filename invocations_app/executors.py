@@ -34,6 +34,7 @@ from django.conf import settings
 
 from toolops.runtime.egress import MAX_REDIRECTS, EgressRefused, openers_from_allowlist
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status, parse_retry_after
+from toolops.runtime.media import binary_body, decode_text, holds_nul
 from toolops.runtime.parser import ParseRejected, parse_strict
 from toolops.runtime.requirements import resolve_pointer
 from toolops.runtime.tool_messages import DEFAULT_MAX_RESPONSE_BYTES
@@ -306,6 +307,8 @@ def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> Exe
     status_map = config.get("status_map") if isinstance(config.get("status_map"), dict) else None
     commit, failure = outcome_for_status(status=resp.status, side_effect_class=ctx.side_effect_class, status_map=status_map)
     body = _json(resp)
+    if holds_nul(body):
+        body = None  # kept as its JSON text, where the NUL stays an escape (jsonb cannot store U+0000)
     detail = {"bytes_read": len(resp.body)}
     if resp.truncated:
         detail["response_truncated"] = True
@@ -317,32 +320,43 @@ def _from_response(config: dict, resp: HttpResponse, ctx: AttemptContext) -> Exe
             error={"code": "response_too_large", "message": f"the response exceeds {ctx.max_response_bytes} bytes"},
         )
     if failure is None:
+        text = None if body is not None else _text(resp)
+        if body is None and text is None:  # bytes, never decoded: the worker stores them (results.py)
+            return ExecutionOutcome(
+                commit=commit, http_status=resp.status, detail=detail,
+                binary=binary_body(resp.headers.get("content-type"), resp.body, truncated=resp.truncated),
+            )
         if body is not None:
             value = body
         else:
-            value = {"content_type": resp.headers.get("content-type", "")[:200], "text": _text(resp)}
+            value = {"content_type": resp.headers.get("content-type", "")[:200], "text": text}
             if resp.truncated:
                 value["truncated_at_bytes"] = ctx.max_response_bytes
-        untrusted = tuple(config.get("untrusted_pointers") or (() if body is not None else ("/text",)))
         return ExecutionOutcome(
             commit=commit, value=value, external_resource_id=_resource_id(config, body), http_status=resp.status,
-            untrusted_text_pointers=untrusted, detail=detail, cost=_reported_cost(config, resp),
+            detail=detail, cost=_reported_cost(config, resp),  # all of it is outside text: results.py wraps it (result_policy.untrusted_text)
         )
-    message = None
+    remote = None
     if isinstance(body, dict):
-        message = next((body[k] for k in ("message", "error") if isinstance(body.get(k), str)), None)
+        remote = next((body[k] for k in ("message", "error") if isinstance(body.get(k), str)), None)
+    message = f"the tool answered HTTP {resp.status}"
     if resp.status in http_client.REDIRECT_STATUSES:
-        message = "the tool answered with a redirect this ToolSpec does not follow"
+        message, remote = "the tool answered with a redirect this ToolSpec does not follow", None
+    error = {"code": "business_rejected" if failure == "business_rejected" else failure, "message": message,
+             "http_status": resp.status}
+    if remote or resp.reason:
+        # The remote's own words are outside text: the model reads them only as untrusted data.
+        error["remote_message"] = str(remote or resp.reason)[:500]
     return ExecutionOutcome(
         commit=commit, failure_class=failure, http_status=resp.status, detail=detail,
         retry_after_seconds=parse_retry_after(resp.headers.get("retry-after"), now=datetime.now(timezone.utc)),
-        cost=_reported_cost(config, resp),
-        error={"code": "business_rejected" if failure == "business_rejected" else failure,
-               "message": str(message or resp.reason or f"HTTP {resp.status}")[:500], "http_status": resp.status},
+        cost=_reported_cost(config, resp), error=error,
+        untrusted_text_pointers=("/remote_message",) if "remote_message" in error else (),
     )
 
 
-def _text(resp: HttpResponse) -> str:
+def _text(resp: HttpResponse) -> str | None:
+    """The body as text, or None when it is bytes (``toolops.runtime.media``)."""
     if resp.headers.get("content-encoding", "identity").lower() not in ("identity", ""):
-        return ""  # compressed despite Accept-Encoding: identity — never inflated (no bombs)
-    return resp.body.decode("utf-8", errors="replace")
+        return None  # compressed despite Accept-Encoding: identity — never inflated (no bombs): bytes
+    return decode_text(resp.headers.get("content-type"), resp.body, truncated=resp.truncated)

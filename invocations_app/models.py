@@ -371,6 +371,48 @@ class ResultBody(models.Model):
     total_bytes = models.PositiveBigIntegerField()
 
 
+class ResultBinary(models.Model):
+    """A result that is bytes, not text (SPEC §10): stored as received, referenced from the tool
+    message by media type, size and SHA-256, served at its result URL until ``expires_at``."""
+
+    invocation = models.OneToOneField(Invocation, on_delete=models.PROTECT, related_name="result_binary")
+    media_type = models.CharField(max_length=200)
+    body = models.BinaryField()
+    size_bytes = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    truncated = models.BooleanField(default=False)  # reading stopped at the result policy's cap
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+
+class ModelCallMessage(models.Model):
+    """A tool message exactly as one model call carried it in its context (SPEC §12): the final
+    message, or the interim ``awaiting_confirmation`` / ``outcome_unknown`` one the model read
+    while the call was still open."""
+
+    class Kind(models.TextChoices):
+        FINAL = "final"
+        AWAITING_CONFIRMATION = "awaiting_confirmation"
+        OUTCOME_UNKNOWN = "outcome_unknown"
+
+    model_call = models.ForeignKey(ModelCall, on_delete=models.CASCADE, related_name="carried_messages")
+    # Indexed: the invocation record lists the messages of one call and who carried them.
+    invocation = models.ForeignKey(Invocation, on_delete=models.PROTECT, related_name="carried_messages")
+    format = models.CharField(max_length=16)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    message_bytes = models.BinaryField()
+    sha256 = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["model_call", "invocation"], name="invocations_mcmsg_unique_carried"),
+            models.CheckConstraint(
+                condition=Q(kind__in=["final", "awaiting_confirmation", "outcome_unknown"]), name="invocations_mcmsg_kind_valid",
+            ),
+        ]
+
+
 class IdempotencyRecord(models.Model):
     """SPEC §8: one record per (tenant, name@version, key), bound to the digest it was used with."""
 

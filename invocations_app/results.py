@@ -7,28 +7,44 @@ after a terminal state (failure row 9).
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from toolops import otel
-from toolops.runtime.tool_messages import ToolResult
+from toolops.runtime.media import BinaryBody
+from toolops.runtime.secret_forms import secrets_pattern
+from toolops.runtime.tool_messages import IMAGE_BLOCK_MAX_BYTES, IMAGE_BLOCK_TYPES, InlineImage, ToolResult
 
 from .budgets import budget_add_result_bytes, result_bytes_increment
-from .models import IdempotencyRecord, Invocation
-from .tool_messages import encode, message_rows, redacted
+from .models import IdempotencyRecord, Invocation, ResultBinary
+from .tool_messages import binary_url, encode, message_rows, redacted, result_policy
 from .transitions import TransitionConflict, invocation_transition
+
+# Executors whose output comes from outside ToolOps: untrusted by default (SPEC §10).
+EXTERNAL_EXECUTORS = ("http", "mcp")
 
 
 def invocation_finish_with_message(
     *, invocation: Invocation, src: str, dst: str, kind: str, status: str, value: Any = None, error: dict | None = None,
     commit_status: str, external_resource_id: str | None = None, untrusted_text_pointers=(), data: dict | None = None,
+    binary: BinaryBody | None = None,
 ) -> Invocation:
-    """The last transition of a call, together with the tool messages that report it."""
-    result = ToolResult(status=status, value=value, error=error, commit_status=commit_status,
-                        external_resource_id=external_resource_id, untrusted_text_pointers=tuple(untrusted_text_pointers))
+    """The last transition of a call, together with the tool messages that report it.
+
+    Strings from an external executor reach the model as untrusted data unless the ToolSpec
+    opts out (``result_policy.untrusted_text``); a ``binary`` body is stored as bytes and the
+    value becomes its reference (media type, size, SHA-256, result URL, expiry)."""
     now = timezone.now()
+    extra_rows, image = [], None
+    if binary is not None:
+        value, extra_rows, image = _binary_result(invocation, binary, now=now)
+    pointers = _untrusted_pointers(invocation, status=status, reported=untrusted_text_pointers, binary=binary is not None)
+    result = ToolResult(status=status, value=value, error=error, commit_status=commit_status,
+                        external_resource_id=external_resource_id, untrusted_text_pointers=pointers, image=image)
     fields = {"commit_status": commit_status, "observed_at": now, "next_attempt_at": None, "result_status": status}
     if external_resource_id:
         fields["external_resource_id"] = external_resource_id
@@ -41,6 +57,8 @@ def invocation_finish_with_message(
     # A run's budgets never change (the worker's claim has loaded the run already): an uncapped
     # count needs no answer, so it travels with the event and the messages.
     uncapped = (invocation.run.budgets or {}).get("result_bytes") is None
+    # A binary result's bytes count too: they are stored and served, only referenced in the message.
+    nbytes = encoded.total_bytes + (binary.size if extra_rows else 0)
     conflict = None
     # No savepoint (two round trips when nested): the transition goes first, so a lost race
     # has written nothing and is raised after the block, leaving the caller's transaction usable.
@@ -48,15 +66,15 @@ def invocation_finish_with_message(
         try:
             invocation_transition(
                 invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}), fields=fields,
-                rows=message_rows(invocation, result, encoded),
-                statements=[result_bytes_increment(run_id=invocation.run_id, nbytes=encoded.total_bytes)] if uncapped else (),
+                rows=[*message_rows(invocation, result, encoded), *extra_rows],
+                statements=[result_bytes_increment(run_id=invocation.run_id, nbytes=nbytes)] if uncapped else (),
             )
         except TransitionConflict as exc:
             conflict = exc
         else:
             _settle_idempotency(invocation, ok=status == "ok")
             if not uncapped:
-                budget_add_result_bytes(run_id=invocation.run_id, nbytes=encoded.total_bytes)
+                budget_add_result_bytes(run_id=invocation.run_id, nbytes=nbytes)
     if conflict is not None:
         raise conflict
     otel.export_span(
@@ -65,6 +83,36 @@ def invocation_finish_with_message(
         attributes={"toolops.tool": invocation.tool_ref, "toolops.state": dst, "toolops.commit_status": commit_status},
     )
     return invocation
+
+
+def _untrusted_pointers(invocation: Invocation, *, status: str, reported, binary: bool) -> tuple[str, ...]:
+    reported = tuple(reported)
+    if status != "ok":
+        return reported  # an error's pointers name the remote's own words (remote_message)
+    policy = result_policy(invocation)
+    if binary:  # ToolOps wrote the reference; only the media type came from the remote
+        return policy.untrusted_pointers(external=False, reported=("/binary/media_type",))
+    kind = ((invocation.tool_spec.executor or {}) if invocation.tool_spec else {}).get("kind")
+    return policy.untrusted_pointers(external=kind in EXTERNAL_EXECUTORS, reported=reported)
+
+
+def _binary_result(invocation: Invocation, binary: BinaryBody, *, now) -> tuple[dict, list, InlineImage | None]:
+    """The reference the model reads, the row that keeps the bytes, and the image block (if any).
+
+    Bytes holding a configured secret (in any encoding ``secret_forms`` knows) are not kept:
+    redacting inside an image would corrupt it, so the reference says it was withheld."""
+    reference = {"media_type": binary.media_type, "size_bytes": binary.size, "sha256": binary.sha256,
+                 "truncated": binary.truncated}
+    pattern = secrets_pattern(result_policy(invocation).secrets)
+    if pattern is not None and pattern.search(binary.data.decode("latin-1")):
+        return {"binary": {**reference, "withheld": "the bytes contain a tool credential"}}, [], None
+    expires = now + timedelta(seconds=settings.TOOLOPS_BINARY_RETENTION_SECONDS)
+    reference.update(url=binary_url(invocation), expires_at=expires.isoformat())
+    row = ResultBinary(invocation=invocation, media_type=binary.media_type, body=binary.data, size_bytes=binary.size,
+                       sha256=binary.sha256, truncated=binary.truncated, created_at=now, expires_at=expires)
+    showable = binary.media_type in IMAGE_BLOCK_TYPES and not binary.truncated and binary.size <= IMAGE_BLOCK_MAX_BYTES
+    image = InlineImage(media_type=binary.media_type, data=binary.data) if showable else None
+    return {"binary": reference}, [[row]], image
 
 
 def _settle_idempotency(invocation: Invocation, *, ok: bool) -> None:

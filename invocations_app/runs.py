@@ -13,7 +13,8 @@ from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
 from toolops.runtime.zones import is_iana_zone
 
 from .budgets import budget_take
-from .models import Invocation, ModelCall, ModelCallTool, Run
+from .models import Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run
+from .tool_messages import carried_message_rows
 
 
 def run_create(*, subject: Subject, budgets: dict, timezone_name: str, locale: str, metadata: dict, trace: TraceContext | None) -> Run:
@@ -42,17 +43,18 @@ def run_require_active(run: Run) -> None:
         raise Conflict(f"run {run.pk} has ended ({run.status}: {run.end_reason})", code="run_ended")
 
 
-def _require_own_context(run: Run, context: list[str]) -> None:
-    """Every context id names an invocation of the run's tenant. Another tenant's id is refused
+def _require_own_context(run: Run, context: list[str]) -> list[Invocation]:
+    """The invocations the context names, all of the run's tenant. Another tenant's id is refused
     exactly like one that does not exist, so the answer tells nothing about other tenants."""
     wanted = {str(c) for c in context}
     if not wanted:
-        return
-    found = {str(pk) for pk in Invocation.objects.filter(pk__in=wanted, tenant_id=run.tenant_id).values_list("pk", flat=True)}
-    missing = sorted(wanted - found)
+        return []
+    found = list(Invocation.objects.filter(pk__in=wanted, tenant_id=run.tenant_id).select_related("proposal", "tool_spec"))
+    missing = sorted(wanted - {str(inv.pk) for inv in found})
     if missing:
         raise ApplicationError("context names invocations that do not exist in this tenant", code="unknown_context",
                                extra={"invocation_ids": missing})
+    return found
 
 
 def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, context: list[str]) -> ModelCall:
@@ -65,7 +67,7 @@ def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, contex
         raise ApplicationError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
     run_require_active(run)
     specs = _resolve_tool_refs(run.subject, tool_refs)
-    _require_own_context(run, context)
+    carried = _require_own_context(run, context)
     budget_take(run=run, key="model_calls")
     with transaction.atomic():
         call = ModelCall.objects.create(run=run, format=fmt, context=[str(c) for c in context], span_id=new_span_id())
@@ -76,6 +78,8 @@ def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, contex
             )
             for spec in specs
         )
+        # The exact message each context invocation gave the model — interim ones included.
+        ModelCallMessage.objects.bulk_create(carried_message_rows(invocations=carried, fmt=fmt, model_call=call))
     return call
 
 

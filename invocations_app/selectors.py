@@ -10,7 +10,7 @@ from specs_app.models import Subject
 from toolops.errors import NotFound
 from toolops.runtime.states import TERMINAL, State
 
-from .models import Event, Invocation, ModelCall, ModelCallTool, Run
+from .models import Event, Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run
 
 # Where ``?wait=`` stops: a terminal state, an unknown outcome (reconciliation takes its
 # time), or an invocation awaiting a human's confirmation.
@@ -88,3 +88,11 @@ def tool_definition_seen(*, invocation: Invocation) -> dict | None:
         return None
     return {"format": row.model_call.format, "model_facing_name": row.model_facing_name, "tool": row.tool_ref,
             "rendered": row.rendered}
+
+
+def messages_carried(*, invocation: Invocation) -> list[dict]:
+    """Every message the model read for this call — interim ones included — with the model call
+    that carried it, oldest first (SPEC §12: the exact bytes, by their SHA-256)."""
+    rows = ModelCallMessage.objects.filter(invocation=invocation).order_by("id").values(
+        "model_call_id", "format", "kind", "sha256")
+    return [{**row, "model_call_id": str(row["model_call_id"])} for row in rows]

@@ -13,6 +13,7 @@ from rest_framework.fields import ProhibitSurrogateCharactersValidator
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from toolops import error_codes
 from toolops.errors import ApplicationError
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.zones import iana_zone_names, is_iana_zone
@@ -331,6 +332,7 @@ def invocation_to_dict(inv: Invocation) -> dict:
         "error": {"code": inv.error_code, "message": inv.error_message, "detail": inv.error_detail}
         if inv.error_code
         else None,
+        "cancel_requested": inv.cancel_requested_at is not None,
         "created_at": inv.created_at.isoformat(),
         "updated_at": inv.updated_at.isoformat(),
     }
@@ -472,7 +474,9 @@ class ResultOut(serializers.Serializer):
 
 
 class InvocationErrorOut(serializers.Serializer):
-    code = serializers.CharField()
+    code = serializers.ChoiceField(choices=error_codes.INVOCATION_CHOICES, help_text=(
+        "why the call ended without an effect, or the interim state of a call still open "
+        "(README: Error codes)"))
     message = serializers.CharField(allow_blank=True)
     detail = AnyJSON()
 
@@ -500,8 +504,17 @@ class InvocationOut(serializers.Serializer):
     trace_id = serializers.CharField()
     span_id = serializers.CharField()
     error = InvocationErrorOut(allow_null=True)
+    cancel_requested = serializers.BooleanField(help_text="a cancel arrived while an attempt was in flight: the call "
+                                                "ends cancelled only if that attempt did not cross the commit boundary")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+
+
+class CarriedMessageOut(serializers.Serializer):
+    model_call_id = serializers.UUIDField()
+    format = serializers.ChoiceField(choices=FORMATS)
+    kind = serializers.ChoiceField(choices=["final", "awaiting_confirmation", "outcome_unknown"])
+    sha256 = serializers.CharField(help_text="SHA-256 of the exact message bytes the model call carried")
 
 
 class InvocationRecordOut(InvocationOut):
@@ -510,6 +523,8 @@ class InvocationRecordOut(InvocationOut):
     tool_definition_seen = serializers.DictField(allow_null=True)
     included_in_model_calls = serializers.ListField(child=serializers.UUIDField())
     tool_messages_available = serializers.ListField(child=serializers.ChoiceField(choices=FORMATS))
+    messages_carried = CarriedMessageOut(many=True, help_text="every message the model read, interim ones included, "
+                                         "with the model call that carried it")
 
 
 class RefusedProposalOut(serializers.Serializer):
@@ -588,19 +603,36 @@ class TextBlockOut(serializers.Serializer):
     text = serializers.CharField()
 
 
+class AnthropicBlockOut(serializers.Serializer):
+    """A ``text`` block (the payload), or an ``image`` block after it when the result is an image."""
+
+    type = serializers.ChoiceField(choices=["text", "image"])
+    text = serializers.CharField(required=False)
+    source = serializers.DictField(required=False, help_text='image: {"type": "base64", "media_type", "data"}')
+
+
+class MCPBlockOut(serializers.Serializer):
+    """A ``text`` block (the payload), or an ``image`` block after it when the result is an image."""
+
+    type = serializers.ChoiceField(choices=["text", "image"])
+    text = serializers.CharField(required=False)
+    data = serializers.CharField(required=False, help_text="image: base64 bytes")
+    mimeType = serializers.CharField(required=False)  # noqa: N815 - MCP's field name
+
+
 class AnthropicToolResultOut(serializers.Serializer):
     """Messages API ``tool_result`` content block (format=anthropic)."""
 
     type = serializers.ChoiceField(choices=["tool_result"])
     tool_use_id = serializers.CharField()
-    content = TextBlockOut(many=True)
+    content = AnthropicBlockOut(many=True)
     is_error = serializers.BooleanField()
 
 
 class MCPCallToolResultOut(serializers.Serializer):
     """MCP ``CallToolResult`` (format=mcp)."""
 
-    content = TextBlockOut(many=True)
+    content = MCPBlockOut(many=True)
     structuredContent = serializers.DictField()  # noqa: N815 - MCP's field name
     isError = serializers.BooleanField()  # noqa: N815 - MCP's field name
 

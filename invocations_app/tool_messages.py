@@ -1,22 +1,26 @@
 """Tool messages (SPEC §10): what the model gets back, encoded once, stored as exact bytes, served as stored.
 
 This module owns the encoding (the tool's result policy, its secrets removed, untrusted text
-marked) and the reads the agent makes: the tool message of an invocation, and the pages of a
-truncated result. Writing the messages happens with the transition that reports them
+marked) and the reads the agent makes: the tool message of an invocation (final, or the interim
+``awaiting_confirmation`` / ``outcome_unknown`` one), the pages of a truncated result and the
+bytes of a binary one. ``carried_message_rows`` records what a model call carried. Writing the messages happens with the transition that reports them
 (``results`` for a result; ``admission``, ``authorization``, ``confirmations``, ``confirmation_edits``
 and ``cancellation`` for a call that ends without one, via ``ending_message_rows``). Reads never write.
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
-from toolops.errors import Conflict
+from django.utils import timezone
+
+from toolops.errors import ApplicationError, Conflict
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, redact, render
 
 from . import executors
-from .models import Confirmation, Invocation, ResultBody, ToolMessage
+from .models import Confirmation, Invocation, ModelCallMessage, ResultBinary, ResultBody, ToolMessage
 
 PAGE_BYTES = 16384
 
@@ -64,29 +68,88 @@ def _awaiting_confirmation(invocation: Invocation) -> bool:
     return invocation.state == State.AUTHORIZED and invocation.confirmations.filter(state=Confirmation.Status.PENDING).exists()
 
 
-def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
-    """The exact bytes for the model. Terminal: as stored with the transition that ended the call;
-    awaiting a human: an interim notice; otherwise ``Conflict`` (409). Never writes.
+# What the model reads while a call is still open (API.md): never a 409 it cannot answer.
+INTERIM = {
+    ModelCallMessage.Kind.AWAITING_CONFIRMATION: "a person must confirm this call first; ask again later",
+    ModelCallMessage.Kind.OUTCOME_UNKNOWN: "the effect may have happened; a person is checking; do not retry",
+}
+
+
+def _interim_message(invocation: Invocation, kind: str, fmt: str) -> bytes:
+    """Deterministic bytes (no clock inside), so the message served and the one recorded with
+    the model call that carried it are the same bytes."""
+    commit = "unknown" if kind == ModelCallMessage.Kind.OUTCOME_UNKNOWN else "not_applicable"
+    encoded = encode_result(
+        ToolResult(status="unknown", error={"code": str(kind), "message": INTERIM[kind]}, commit_status=commit),
+        policy=result_policy(invocation), invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
+    )
+    return message_bytes(render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=True))
+
+
+def current_message(*, invocation: Invocation, fmt: str) -> tuple[str, bytes] | None:
+    """``(kind, bytes)`` of what the model gets now, or None while there is nothing to say.
+
+    Terminal: the final message as stored with the transition that ended the call. Awaiting a
+    human: ``awaiting_confirmation``. In OUTCOME_UNKNOWN: ``outcome_unknown``. Never writes.
 
     A terminal call without stored messages — one ended before rejections stored theirs, or one
     support resolved after its run had ended, when no model was left to read it — is answered
     with the same encoding from its record, and nothing is stored."""
     stored = ToolMessage.objects.filter(invocation=invocation, format=fmt).first()
     if stored is not None:
-        return bytes(stored.message_bytes)
+        return ModelCallMessage.Kind.FINAL, bytes(stored.message_bytes)
     if _awaiting_confirmation(invocation):
-        encoded = encode_result(
-            ToolResult(status="unknown", error={"code": "awaiting_confirmation",
-                                                "message": "a human must confirm this call; ask again later"}),
-            policy=result_policy(invocation), invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
-        )
-        return message_bytes(render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=True))
+        kind = ModelCallMessage.Kind.AWAITING_CONFIRMATION
+        return kind, _interim_message(invocation, kind, fmt)
+    if invocation.state == State.OUTCOME_UNKNOWN:
+        kind = ModelCallMessage.Kind.OUTCOME_UNKNOWN
+        return kind, _interim_message(invocation, kind, fmt)
     if invocation.state not in TERMINAL:
-        raise Conflict(f"invocation is {invocation.state}; its tool message is not final yet",
-                       code="not_final", extra={"state": invocation.state})
+        return None
     result = _ending_result(error_code=invocation.error_code, error_message=invocation.error_message,
                             commit_status=invocation.commit_status)
-    return message_bytes(render(fmt, encode(invocation, result), tool_call_id=invocation.proposal.proposal_id, is_error=True))
+    return ModelCallMessage.Kind.FINAL, message_bytes(
+        render(fmt, encode(invocation, result), tool_call_id=invocation.proposal.proposal_id, is_error=True))
+
+
+def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
+    """The exact bytes for the model (``current_message``); ``Conflict`` (409 ``not_final``)
+    while the call runs and there is nothing honest to say yet."""
+    current = current_message(invocation=invocation, fmt=fmt)
+    if current is None:
+        raise Conflict(f"invocation is {invocation.state}; its tool message is not final yet",
+                       code="not_final", extra={"state": invocation.state})
+    return current[1]
+
+
+def carried_message_rows(*, invocations: list[Invocation], fmt: str, model_call) -> list[ModelCallMessage]:
+    """What a model call carries in its context, unsaved: for each invocation named there, the
+    message it read (final or interim), exactly as served. An invocation with nothing to say
+    yet carries no message."""
+    rows = []
+    for invocation in invocations:
+        current = current_message(invocation=invocation, fmt=fmt)
+        if current is not None:
+            kind, raw = current
+            rows.append(ModelCallMessage(model_call=model_call, invocation=invocation, format=fmt, kind=kind,
+                                         message_bytes=raw, sha256=hashlib.sha256(raw).hexdigest()))
+    return rows
+
+
+def binary_url(invocation: Invocation) -> str:
+    """Where the agent runtime fetches a binary result (relative to the API's origin)."""
+    return f"/api/v1/invocations/{invocation.pk}/binary"
+
+
+def result_binary(*, invocation: Invocation) -> ResultBinary:
+    """A binary result's stored bytes; ``Conflict`` without one, ``Gone`` (410) past its expiry."""
+    stored = ResultBinary.objects.filter(invocation=invocation).first()
+    if stored is None:
+        raise Conflict("this invocation has no binary result", code="no_binary_result")
+    if stored.expires_at <= timezone.now():
+        raise ApplicationError(f"the binary result expired at {stored.expires_at.isoformat()}",
+                               code="binary_result_expired", status=410)
+    return stored
 
 
 def result_page(*, invocation: Invocation, cursor: str | None) -> tuple[bytes, str | None, int]:

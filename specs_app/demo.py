@@ -140,7 +140,8 @@ DEMO_TOOLSPECS: list[dict] = [
         "result_policy": {"max_bytes": 2048, "max_response_bytes": 262144, "oversize": "truncate"},
         # No redirects are followed (follow_redirects absent = 0); every URL is checked against
         # the web.read grant's URL scope and the egress deny-list.
-        "executor": {"kind": "http", "method": "GET", "url": "{url}", "untrusted_pointers": ["/text"]},
+        # Untrusted by default (an external executor): the page text reaches the model wrapped.
+        "executor": {"kind": "http", "method": "GET", "url": "{url}"},
     },
 ]
 

@@ -15,4 +15,5 @@ urlpatterns = [
     path("invocations/<str:invocation_id>/cancel", inv.InvocationCancelView.as_view(), name="invocation-cancel"),
     path("invocations/<str:invocation_id>/tool-message", inv.InvocationToolMessageView.as_view(), name="invocation-tool-message"),
     path("invocations/<str:invocation_id>/result", inv.InvocationResultView.as_view(), name="invocation-result"),
+    path("invocations/<str:invocation_id>/binary", inv.InvocationBinaryView.as_view(), name="invocation-binary"),
 ]

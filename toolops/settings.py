@@ -273,7 +273,8 @@ SPECTACULAR_SETTINGS = {
     # No badge image from validator.swagger.io: the docs load nothing from outside.
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS"},
+    "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS",
+                            "InvocationErrorCodeEnum": "toolops.error_codes.INVOCATION_CHOICES"},
     "APPEND_COMPONENTS": {"schemas": OPENAPI_SCHEMAS},
 }
 
@@ -309,6 +310,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 TOOLOPS_PARSER_MAX_BYTES = env_int("TOOLOPS_PARSER_MAX_BYTES", 1024 * 1024)
 TOOLOPS_PARSER_MAX_DEPTH = env_int("TOOLOPS_PARSER_MAX_DEPTH", 64)
 TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
+# Binary results (SPEC §10: references with an expiry) are served from their result URL this long.
+TOOLOPS_BINARY_RETENTION_SECONDS = env_int("TOOLOPS_BINARY_RETENTION_SECONDS", 86400)
 # Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
 TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
 # One proposals POST may carry at most this many OpenAI tool_calls (more → 413, nothing created).

@@ -134,7 +134,7 @@ def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes) -> 
             arguments_bytes=arguments_bytes, idempotency_key=key, trace=request.trace, now=now, origin=request.origin(),
         )
     except Conflict as exc:
-        if exc.code != "idempotency_in_progress":
+        if exc.code != "idempotency_key_in_use":
             return CallOutcome(result=_error_result(exc))
         # A re-issue while the first call with this key is running or awaiting a person:
         # attach to that invocation and answer as it would.

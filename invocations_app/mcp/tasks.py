@@ -83,7 +83,9 @@ def task_cancel(*, subject: Subject, task_id: str) -> dict:
     try:
         invocation = invocation_cancel(invocation=invocation, actor=f"subject:{subject.pk}",
                                        reason="cancelled by the MCP client (tasks/cancel)")
-        outcome = "cancelled" if invocation.state == State.CANCELLED_BEFORE_COMMIT else "cancel_requested"
+        ended = invocation.state == State.CANCELLED_BEFORE_COMMIT or (
+            invocation.state == State.FAILED_BEFORE_COMMIT and invocation.error_code == "cancelled")  # between attempts
+        outcome = "cancelled" if ended else "cancel_requested"
     except Conflict:
         outcome = "not_cancellable"
     return {"_meta": {CANCEL_META_KEY: {"outcome": outcome, "state": invocation.state}}}

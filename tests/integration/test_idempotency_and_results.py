@@ -206,12 +206,12 @@ def test_a_key_still_in_progress_is_reported_and_not_executed_twice(demo_agent, 
     first = _created(_post(demo_agent, call, "call_1", CAL, CAL_ARGS, key=key))
     assert first["state"] == "AUTHORIZED" and first["confirmation"]["state"] == "pending"
 
-    body = _problem(_post(demo_agent, call, "call_2", CAL, CAL_ARGS, key=key), 409, "idempotency_in_progress")
+    body = _problem(_post(demo_agent, call, "call_2", CAL, CAL_ARGS, key=key), 409, "idempotency_key_in_use")
     assert body["invocation_id"] == first["id"] and body["state"] == "AUTHORIZED"
 
     # Approved and PREPARED (no worker yet): still in progress.
     _approve(first["id"])
-    body = _problem(_post(demo_agent, call, "call_3", CAL, CAL_ARGS_OTHER_BYTES, key=key), 409, "idempotency_in_progress")
+    body = _problem(_post(demo_agent, call, "call_3", CAL, CAL_ARGS_OTHER_BYTES, key=key), 409, "idempotency_key_in_use")
     assert body["invocation_id"] == first["id"] and body["state"] == "PREPARED"
 
     assert Invocation.objects.filter(idempotency_key=key).count() == 1
@@ -251,8 +251,8 @@ def test_an_expired_key_follows_the_toolspec_policy(demo_agent):
     taking_over = _created(_post(demo_agent, call, "call_2", new_call_spec.ref, CAL_ARGS, key=key))
     assert taking_over["state"] == "AUTHORIZED"  # same key, other tool: another scope
     # Before expiry both refuse a second use.
-    _problem(_post(demo_agent, call, "call_3", CAL, CAL_ARGS, key=key), 409, "idempotency_in_progress")
-    _problem(_post(demo_agent, call, "call_4", new_call_spec.ref, CAL_ARGS, key=key), 409, "idempotency_in_progress")
+    _problem(_post(demo_agent, call, "call_3", CAL, CAL_ARGS, key=key), 409, "idempotency_key_in_use")
+    _problem(_post(demo_agent, call, "call_4", new_call_spec.ref, CAL_ARGS, key=key), 409, "idempotency_key_in_use")
 
     past = timezone.now() - timedelta(seconds=1)
     assert IdempotencyRecord.objects.filter(key=key).update(expires_at=past) == 2
@@ -267,7 +267,7 @@ def test_an_expired_key_follows_the_toolspec_policy(demo_agent):
     assert str(record.invocation_id) == fresh["id"] and record.expires_at > timezone.now()
     assert record.status == "in_progress"
     # And the new binding is a binding: a further use is in progress again.
-    _problem(_post(demo_agent, call, "call_7", new_call_spec.ref, CAL_ARGS, key=key), 409, "idempotency_in_progress")
+    _problem(_post(demo_agent, call, "call_7", new_call_spec.ref, CAL_ARGS, key=key), 409, "idempotency_key_in_use")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -304,7 +304,7 @@ def test_fifty_concurrent_posts_with_one_key_make_one_call_and_one_event(demo_ag
             continue
         assert status in (200, 409), (status, body)
         if status == 409:
-            assert body["code"] == "idempotency_in_progress" and body["invocation_id"] == original
+            assert body["code"] == "idempotency_key_in_use" and body["invocation_id"] == original
         else:
             assert body["id"] == original
 
@@ -402,8 +402,8 @@ def test_cancel_during_an_in_flight_write_is_recorded_and_the_committed_effect_s
 
     wait_for(in_flight, timeout=20, interval=0.05)
     resp = demo_agent.post(f"/api/v1/invocations/{inv['id']}/cancel", {"reason": "too late?"})
-    assert resp.status_code == 200, resp.content
-    assert resp.json()["state"] == "EXECUTING"  # recorded, not yet honoured
+    assert resp.status_code == 202, resp.content  # API.md: accepted, honoured only if nothing commits
+    assert resp.json()["state"] == "EXECUTING" and resp.json()["cancel_requested"] is True
     assert Invocation.objects.get(pk=inv["id"]).cancel_requested_at is not None
 
     done = _settled(demo_agent, inv["id"])
@@ -479,7 +479,7 @@ def test_a_large_page_is_truncated_and_pages_back_byte_for_byte(demo_agent, work
     assert len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()) <= 2048
     result = payload["result"]
     assert result["total_bytes"] == len(full_stored) and result["next_cursor"]
-    assert payload["untrusted_fields"] == ["/text"]
+    assert payload["untrusted_fields"] == [""]  # every string of the external result
 
     # Continue from the message's cursor, page by page.
     pieces, cursor, pages = [result["preview"].encode("utf-8")], result["next_cursor"], 0
@@ -510,7 +510,7 @@ def test_a_large_page_is_truncated_and_pages_back_byte_for_byte(demo_agent, work
     value = json.loads(full_stored)
     assert value["text"]["untrusted_data"]["text"] == page_text
     assert value["text"]["untrusted_data"]["source"] == "tool_output"
-    assert value["content_type"].startswith("text/html")
+    assert value["content_type"]["untrusted_data"]["text"].startswith("text/html")
 
     _problem(demo_agent.get(f"/api/v1/invocations/{inv['id']}/result", cursor="not-a-cursor!"), 400, "invalid_cursor")
 
@@ -529,7 +529,7 @@ def test_injected_instructions_come_back_only_as_untrusted_data(demo_agent, work
         _check_sdk(fmt, message, is_error=False)
         payload = _payload(fmt, message)
         assert payload["truncated"] is False  # the structure is checkable, not only a preview string
-        assert payload["untrusted_fields"] == ["/text"]
+        assert payload["untrusted_fields"] == [""]
         wrapped = payload["result"]["text"]["untrusted_data"]
         assert wrapped["source"] == "tool_output" and INJECTION_MARK in wrapped["text"]
         outside = [s for s, inside in _strings(payload) if not inside and INJECTION_MARK in s]

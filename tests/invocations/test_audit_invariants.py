@@ -67,8 +67,11 @@ def build_mixed_workload(world: ServiceWorld) -> dict[str, Invocation]:
     reconciled = w.execute(w.approve(w.write("lost then found")))
     assert reconcile(invocation=reconciled) == "committed"
     inv["write_reconciled"] = fresh(reconciled)
-    retrying = w.execute(w.approve(w.write("flaky network")))
-    inv["write_retrying"] = cancellation.invocation_cancel(invocation=retrying, actor="test", reason="changed my mind")
+    inv["write_retrying"] = fresh(w.execute(w.approve(w.write("flaky network"))))
+    # Cancelled while waiting for its next attempt: nothing in flight, so it ends at once.
+    waiting = w.execute(w.approve(w.write("flaky again")))
+    inv["write_cancelled_between_attempts"] = cancellation.invocation_cancel(invocation=waiting, actor="test",
+                                                                            reason="changed my mind")
     original = w.write("Dinner at 8")
     confirmation = w.pending(original)
     edited = {"calendar_id": "primary", "title": "Dinner at 9"}
@@ -90,6 +93,7 @@ EXPECTED_STATES = {
     "write_observed": "OBSERVED", "write_denied": "AUTHORIZATION_REJECTED", "write_expired": "CANCELLED_BEFORE_COMMIT",
     "write_cancelled": "CANCELLED_BEFORE_COMMIT", "write_failed": "FAILED_BEFORE_COMMIT",
     "write_unknown": "OUTCOME_UNKNOWN", "write_reconciled": "OBSERVED", "write_retrying": "EXECUTING",
+    "write_cancelled_between_attempts": "FAILED_BEFORE_COMMIT",
     "write_edited_original": "CANCELLED_BEFORE_COMMIT", "write_edited_replacement": "OBSERVED",
 }
 

@@ -81,3 +81,15 @@ def test_it_reads_the_cost_only_from_the_header_the_toolspec_names(header, expec
     assert named.cost == expected
     unnamed = _from_response({}, _resp(200, b"{}", **{"x-cost": header}), _ctx())
     assert unnamed.cost is None  # a server cannot charge a run through a header the ToolSpec never named
+
+
+def test_it_keeps_bytes_as_bytes_and_json_with_a_nul_as_its_text():
+    """Issue 13: a PNG is never decoded into U+FFFD soup, and no body can make recording fail
+    (jsonb refuses U+0000), which once left a read retrying for ever."""
+    png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
+    image = _from_response({}, _resp(200, png, content_type="image/png"), _ctx())
+    assert image.ok and image.value is None and image.binary.data == png and image.binary.media_type == "image/png"
+    lying = _from_response({}, _resp(200, png, content_type="text/html"), _ctx())
+    assert lying.binary is not None and lying.value is None
+    nul = _from_response({}, _resp(200, b'{"a": "x\\u0000y"}'), _ctx())
+    assert nul.ok and nul.binary is None and nul.value["text"] == '{"a": "x\\u0000y"}'

@@ -221,3 +221,52 @@ def test_it_renders_a_valid_mcp_tool_definition(case):
     assert parsed.name == tool.model_facing_name and parsed.input_schema == tool.input_schema
     assert parsed.annotations is not None and parsed.annotations.read_only_hint is (tool.side_effect_class == "read_only")
     assert parsed.annotations.open_world_hint is True
+
+
+# --- image results -----------------------------------------------------------------------------
+
+PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))
+
+
+def _image_case() -> EncodedResult:
+    from toolops.runtime.tool_messages import InlineImage
+
+    reference = {"binary": {"media_type": "image/png", "size_bytes": len(PNG), "sha256": "ab" * 32,
+                            "url": "/api/v1/invocations/inv-1/binary", "expires_at": "2026-07-21T09:00:00+00:00"}}
+    return encode_result(ToolResult(status="ok", value=reference, image=InlineImage(media_type="image/png", data=PNG)),
+                         policy=ResultPolicy(), invocation_id="inv-1", tool_ref="web.fetch@1")
+
+
+def test_an_image_result_is_an_image_block_for_anthropic_and_mcp_and_a_reference_for_openai():
+    import base64
+
+    from anthropic.types import ImageBlockParam
+
+    encoded = _image_case()
+    openai = render("openai", encoded, tool_call_id="call_1", is_error=False)
+    check_typed_dict(ChatCompletionToolMessageParam, openai)
+    assert json.loads(openai["content"])["result"]["binary"]["size_bytes"] == len(PNG)
+
+    anthropic = render("anthropic", encoded, tool_call_id="toolu_1", is_error=False)
+    TypeAdapter(ToolResultBlockParam).validate_python(anthropic)
+    text, image = anthropic["content"]
+    check_typed_dict(TextBlockParam, text)
+    check_typed_dict(ImageBlockParam, image)
+    assert base64.b64decode(image["source"]["data"]) == PNG and image["source"]["media_type"] == "image/png"
+
+    mcp = check_mcp(mcp_types.CallToolResult, render("mcp", encoded, tool_call_id="x", is_error=False))
+    text_block, image_block = mcp.content
+    assert isinstance(text_block, mcp_types.TextContent) and isinstance(image_block, mcp_types.ImageContent)
+    assert base64.b64decode(image_block.data) == PNG and image_block.mime_type == "image/png"
+
+
+def test_only_small_images_of_the_common_types_become_blocks():
+    from toolops.runtime.tool_messages import IMAGE_BLOCK_MAX_BYTES, InlineImage
+
+    with pytest.raises(ValueError):
+        InlineImage(media_type="image/svg+xml", data=b"<svg/>")  # text that can carry script: a reference only
+    with pytest.raises(ValueError):
+        InlineImage(media_type="image/png", data=b"\0" * (IMAGE_BLOCK_MAX_BYTES + 1))
+    with pytest.raises(ValueError):
+        ToolResult(status="error", error={"code": "x", "message": "y"}, commit_status="not_committed",
+                   image=InlineImage(media_type="image/png", data=PNG))

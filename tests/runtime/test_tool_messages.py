@@ -567,3 +567,32 @@ def test_it_gives_stable_message_bytes():
                                                                     tool_use_id="toolu_1", is_error=False))
     assert "带护照".encode() in message_bytes(message)
     assert json.loads(message_bytes(message)) == message
+
+
+# --- untrusted by default (issue 13 item 5) ------------------------------------------------------
+
+
+def test_it_treats_everything_an_external_executor_returns_as_untrusted_unless_the_spec_opts_out():
+    default = ResultPolicy()
+    assert default.untrusted_pointers(external=True, reported=("/text",)) == ("",)
+    assert default.untrusted_pointers(external=False, reported=("/text",)) == ("/text",)
+    assert ResultPolicy.from_dict({"untrusted_text": "none"}).untrusted_pointers(external=True) == ()
+    assert ResultPolicy.from_dict({"untrusted_text": ["/body"]}).untrusted_pointers(external=True) == ("/body",)
+    for bad in ("all", ["no-slash"], 3):
+        with pytest.raises(ValueError):
+            ResultPolicy.from_dict({"untrusted_text": bad})
+
+
+def test_it_wraps_every_string_of_a_json_value_under_the_empty_pointer():
+    e = encode(make_result(value={"id": "evt_1", "items": [{"title": INJECTION}], "n": 2}, untrusted_text_pointers=("",)))
+    assert e.payload["untrusted_fields"] == [""]
+    assert untrusted_texts(e.payload["result"]) == ["evt_1", INJECTION] and e.payload["result"]["n"] == 2
+
+
+def test_it_wraps_a_remote_error_text_named_by_a_pointer_into_the_error():
+    result = ToolResult(status="error", error={"code": "business_rejected", "message": "the tool answered HTTP 422",
+                                                "remote_message": INJECTION},
+                        commit_status="not_committed", untrusted_text_pointers=("/remote_message",))
+    e = encode(result)
+    assert e.payload["error"]["message"] == "the tool answered HTTP 422"
+    assert untrusted_texts(e.payload["error"]) == [INJECTION] and e.payload["untrusted_fields"] == ["/remote_message"]

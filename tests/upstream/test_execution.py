@@ -82,7 +82,8 @@ def test_a_read_call_returns_the_upstream_result(governed):
 def test_a_write_carries_the_idempotency_key_and_commits_once(governed):
     inv = governed.settled(governed.propose("notes.create", {"title": "Buy milk", "body": "2 l"}, key="req-42")["id"])
     assert inv["state"] == "OBSERVED" and inv["result"]["commit_status"] == "committed", inv
-    assert inv["result"]["value_or_error"]["note"]["title"] == "Buy milk"
+    # Structured content from an upstream is outside text too: every string wrapped (issue 13 item 5).
+    assert inv["result"]["value_or_error"]["note"]["title"]["untrusted_data"]["text"] == "Buy milk"
     [call] = governed.notes.calls("notes.create")
     # The upstream sees the tenant-derived key recorded on the attempt, never the raw "req-42".
     assert call["meta"]["dev.toolops/idempotencyKey"] == remote_key_of(inv["id"])

@@ -12,6 +12,8 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from .media import BinaryBody
+
 # A Retry-After beyond a day is a remote's mistake or a trap: the floor is capped here (the
 # call's deadline usually ends things much earlier).
 MAX_RETRY_AFTER_SECONDS = 86_400.0
@@ -40,6 +42,7 @@ class ExecutionOutcome:
     http_status: int | None = None
     untrusted_text_pointers: tuple[str, ...] = ()
     detail: dict = field(default_factory=dict)
+    binary: BinaryBody | None = None  # a body that is bytes, not text: kept as bytes, never decoded
 
     @property
     def ok(self) -> bool:
@@ -50,6 +53,8 @@ class ExecutionOutcome:
             "commit": self.commit, "error": self.error, "external_resource_id": self.external_resource_id,
             "failure_class": self.failure_class, "retry_after_seconds": self.retry_after_seconds,
             "http_status": self.http_status, "detail": self.detail, "cost": self.cost,
+            **({"binary": {"media_type": self.binary.media_type, "size_bytes": self.binary.size,
+                           "sha256": self.binary.sha256, "truncated": self.binary.truncated}} if self.binary else {}),
         }
 
 

@@ -56,6 +56,10 @@ MIN_MAX_BYTES = 256  # below this not even a truncated envelope with a useful pr
 MIN_PAGE_BYTES = 4  # the longest UTF-8 character, so every page makes progress
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 20  # how much of a response body an executor reads at most
 OVERSIZE_POLICIES = ("truncate", "reject")
+UNTRUSTED_EXTERNAL, UNTRUSTED_NONE = "external", "none"
+# Image types every rendering with an image block accepts (Anthropic's list; MCP takes any image/*).
+IMAGE_BLOCK_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+IMAGE_BLOCK_MAX_BYTES = 1 << 20  # larger images stay a reference only
 
 # A successful result must have an effect that exists (write) or needs none (read); an unknown
 # one cannot claim either committed or not committed.
@@ -102,6 +106,24 @@ def parse_pointer(pointer: str) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
+class InlineImage:
+    """An image result's bytes, rendered as an image content block where the format has one
+    (Anthropic ``tool_result``, MCP ``CallToolResult``); the payload carries its reference."""
+
+    media_type: str
+    data: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if self.media_type not in IMAGE_BLOCK_TYPES:
+            raise ValueError(f"an inline image is one of {', '.join(IMAGE_BLOCK_TYPES)}")
+        if not isinstance(self.data, bytes) or len(self.data) > IMAGE_BLOCK_MAX_BYTES:
+            raise ValueError(f"an inline image is at most {IMAGE_BLOCK_MAX_BYTES} bytes")
+
+    def base64(self) -> str:
+        return base64.b64encode(self.data).decode("ascii")
+
+
+@dataclass(frozen=True)
 class ToolResult:
     """What the executor observed, as the runtime hands it to the encoder (validated)."""
 
@@ -110,7 +132,8 @@ class ToolResult:
     error: dict | None = None  # {"code", "message", ...} when error/unknown
     commit_status: str = "not_applicable"
     external_resource_id: str | None = None
-    untrusted_text_pointers: tuple[str, ...] = ()  # RFC 6901 pointers into value
+    untrusted_text_pointers: tuple[str, ...] = ()  # RFC 6901 pointers into value (or into error)
+    image: InlineImage | None = None  # an ok result that is an image small enough to show
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -135,6 +158,8 @@ class ToolResult:
         for pointer in pointers:
             parse_pointer(pointer)
         object.__setattr__(self, "untrusted_text_pointers", tuple(pointers))
+        if self.image is not None and (self.status != "ok" or not isinstance(self.image, InlineImage)):
+            raise ValueError("only an ok result carries an InlineImage")
 
 
 @dataclass(frozen=True)
@@ -147,6 +172,11 @@ class ResultPolicy:
     # either keeps what it read, marked truncated, or fails the call (``oversize``).
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     oversize: str = "truncate"
+    # Which strings of a result are outside text (SPEC §10, "untrusted by default"):
+    # "external" — everything an external executor (HTTP, MCP) returns, JSON included, and what
+    # an in-process executor reports; "none" — the ToolSpec vouches for its source (opt-out);
+    # a list of JSON pointers — exactly those.
+    untrusted_text: Any = UNTRUSTED_EXTERNAL
     # repr=False: a logged policy must not print the credentials it exists to hide.
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
@@ -168,6 +198,13 @@ class ResultPolicy:
             except re.error as exc:
                 raise ValueError(f"invalid redact pattern {pattern!r}: {exc}") from None
         object.__setattr__(self, "redact_patterns", tuple(self.redact_patterns))
+        untrusted = self.untrusted_text
+        if isinstance(untrusted, (list, tuple)):
+            for pointer in untrusted:
+                parse_pointer(pointer)
+            object.__setattr__(self, "untrusted_text", tuple(untrusted))
+        elif untrusted not in (UNTRUSTED_EXTERNAL, UNTRUSTED_NONE):
+            raise ValueError(f'untrusted_text must be "{UNTRUSTED_EXTERNAL}", "{UNTRUSTED_NONE}" or a list of JSON pointers')
         # Empty secrets would match everywhere; longest first so a secret containing another
         # is removed whole.
         secrets = sorted({s for s in self.secrets if s}, key=lambda s: (-len(s), s))
@@ -176,7 +213,7 @@ class ResultPolicy:
     @classmethod
     def from_dict(cls, d: dict | None, *, secrets: Sequence[str] = ()) -> ResultPolicy:
         """Parse a stored ``result_policy`` (``max_bytes``, ``redact_patterns``,
-        ``max_response_bytes``, ``oversize``).
+        ``max_response_bytes``, ``oversize``, ``untrusted_text``).
 
         Secrets come from the server-side executor config, never from the ToolSpec, so a
         ``secrets`` key in ``d`` is refused along with any other unknown key.
@@ -185,13 +222,25 @@ class ResultPolicy:
             d = {}
         if not isinstance(d, dict):
             raise ValueError(f"result_policy must be an object, not {type(d).__name__}")
-        allowed = {"max_bytes", "redact_patterns", "max_response_bytes", "oversize"}
+        allowed = {"max_bytes", "redact_patterns", "max_response_bytes", "oversize", "untrusted_text"}
         unknown = sorted(set(d) - allowed)
         if unknown:
             raise ValueError(f"unknown result_policy key(s) {unknown!r}; allowed: {', '.join(sorted(allowed))}")
         if isinstance(secrets, str):
             raise ValueError("secrets must be a list of strings")
         return cls(**d, secrets=tuple(secrets))
+
+    def untrusted_pointers(self, *, external: bool, reported: Sequence[str] = ()) -> tuple[str, ...]:
+        """The pointers whose strings reach the model wrapped as untrusted data.
+
+        By default the whole value of an external executor (``""``: every string, JSON
+        responses included) plus whatever the executor itself reported; the ToolSpec narrows
+        this to a list of pointers, or opts out with ``"none"``."""
+        if self.untrusted_text == UNTRUSTED_NONE:
+            return ()
+        if isinstance(self.untrusted_text, tuple):
+            return self.untrusted_text
+        return ("",) if external else tuple(reported)
 
 
 @dataclass(frozen=True)
@@ -201,6 +250,7 @@ class EncodedResult:
     full_bytes: bytes  # the whole serialized value (redacted, untrusted text wrapped), for paging
     truncated: bool
     total_bytes: int  # len(full_bytes)
+    image: InlineImage | None = None
 
 
 # --- redaction and wrapping ---------------------------------------------------------------
@@ -376,18 +426,19 @@ def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: st
         "ok": result.status == "ok", "tool": tool_ref, "invocation_id": invocation_id,
         "commit_status": result.commit_status,
     }
+    pointers = tuple(parse_pointer(p) for p in result.untrusted_text_pointers)
+    matched: set[tuple[str, ...]] = set()
     if result.status == "ok":
-        pointers = tuple(parse_pointer(p) for p in result.untrusted_text_pointers)
-        matched: set[tuple[str, ...]] = set()
         value = _transform(result.value, redactor, pointers, matched)
         header["external_resource_id"] = (
             None if result.external_resource_id is None else redactor.text(result.external_resource_id)
         )
-        if matched:
-            header["untrusted_fields"] = sorted(_pointer_text(p) for p in matched)
     else:
-        value = _transform(result.error, redactor, (), set())
+        # A remote's own words about a failure are outside text too (pointers into the error).
+        value = _transform(result.error, redactor, pointers, matched)
         header["error"] = value
+    if matched:
+        header["untrusted_fields"] = sorted(_pointer_text(p) for p in matched)
     if redactor.count:
         header["redactions"] = redactor.count
 
@@ -407,7 +458,7 @@ def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: st
     leak = redactor.secret_pattern
     if leak is not None and any(leak.search(b.decode("utf-8")) for b in (payload_bytes, full_bytes)):
         raise SecretLeakError("a tool secret would appear in the tool message; refusing to encode it")
-    return EncodedResult(payload, payload_bytes, full_bytes, truncated, len(full_bytes))
+    return EncodedResult(payload, payload_bytes, full_bytes, truncated, len(full_bytes), image=result.image)
 
 
 # --- rendering ----------------------------------------------------------------------------
@@ -422,18 +473,18 @@ def _content_text(encoded: EncodedResult, is_error: bool) -> str:
 
 
 def render_openai(encoded: EncodedResult, *, tool_call_id: str, is_error: bool) -> dict:
-    """Chat Completions tool message. OpenAI has no error flag: the payload's ``ok`` carries it."""
+    """Chat Completions tool message. OpenAI has no error flag: the payload's ``ok`` carries it,
+    and a tool message holds text parts only: an image stays the payload's reference."""
     return {"role": "tool", "tool_call_id": tool_call_id, "content": _content_text(encoded, is_error)}
 
 
 def render_anthropic(encoded: EncodedResult, *, tool_use_id: str, is_error: bool) -> dict:
     """Messages API ``tool_result`` content block."""
-    return {
-        "type": "tool_result",
-        "tool_use_id": tool_use_id,
-        "content": [{"type": "text", "text": _content_text(encoded, is_error)}],
-        "is_error": is_error,
-    }
+    content = [{"type": "text", "text": _content_text(encoded, is_error)}]
+    if encoded.image is not None:
+        content.append({"type": "image", "source": {"type": "base64", "media_type": encoded.image.media_type,
+                                                    "data": encoded.image.base64()}})
+    return {"type": "tool_result", "tool_use_id": tool_use_id, "content": content, "is_error": is_error}
 
 
 def render_mcp(encoded: EncodedResult, *, is_error: bool) -> dict:
@@ -442,8 +493,11 @@ def render_mcp(encoded: EncodedResult, *, is_error: bool) -> dict:
     The JSON-RPC request id that ties it to the call lives one layer up, in the response.
     """
     text = _content_text(encoded, is_error)
+    content = [{"type": "text", "text": text}]
+    if encoded.image is not None:
+        content.append({"type": "image", "data": encoded.image.base64(), "mimeType": encoded.image.media_type})
     return {
-        "content": [{"type": "text", "text": text}],
+        "content": content,
         "structuredContent": json.loads(text),  # an independent copy of the payload
         "isError": is_error,
     }
