@@ -32,9 +32,31 @@ def redacted(invocation: Invocation, value: Any) -> Any:
     return redact(value, policy=result_policy(invocation))
 
 
+EDIT_NOTICE = ("A person reviewing this call changed its arguments before approving it; this answer is for "
+               "the arguments below, not the ones you proposed.")
+
+
+def answered_tool_call_id(invocation: Invocation) -> str:
+    """The model's tool-call id this invocation answers: its own, or for an approver's edit the
+    id of the call the model proposed (the edit chain's first invocation)."""
+    while invocation.edited_from_id is not None:
+        invocation = invocation.edited_from
+    return invocation.proposal.proposal_id
+
+
+def edit_notice(invocation: Invocation) -> dict | None:
+    """What the model is told about an approver's edit: that it happened, the arguments now, why."""
+    if invocation.edited_from_id is None:
+        return None
+    decision = Confirmation.objects.filter(replacement=invocation).only("reason").first()
+    return {"message": EDIT_NOTICE, "arguments": invocation.normalized_arguments,
+            "reason": decision.reason if decision is not None else ""}
+
+
 def encode(invocation: Invocation, result: ToolResult):
     return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
-                         tool_ref=invocation.tool_ref or invocation.proposal.name)
+                         tool_ref=invocation.tool_ref or invocation.proposal.name,
+                         edited_by_approver=edit_notice(invocation))
 
 
 def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:
@@ -43,7 +65,7 @@ def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[li
     return [
         [ResultBody(invocation=invocation, body=encoded.full_bytes, total_bytes=encoded.total_bytes)],
         [ToolMessage(invocation=invocation, format=fmt, message_bytes=message_bytes(
-            render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=is_error)
+            render(fmt, encoded, tool_call_id=answered_tool_call_id(invocation), is_error=is_error)
         )) for fmt in FORMATS],
     ]
 
@@ -66,7 +88,8 @@ def _awaiting_confirmation(invocation: Invocation) -> bool:
 
 def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
     """The exact bytes for the model. Terminal: as stored with the transition that ended the call;
-    awaiting a human: an interim notice; otherwise ``Conflict`` (409). Never writes.
+    awaiting a human: an interim notice; edited by an approver: the edited call's message (it
+    answers the model's original tool-call id); otherwise ``Conflict`` (409). Never writes.
 
     A terminal call without stored messages — one ended before rejections stored theirs, or one
     support resolved after its run had ended, when no model was left to read it — is answered
@@ -74,19 +97,23 @@ def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
     stored = ToolMessage.objects.filter(invocation=invocation, format=fmt).first()
     if stored is not None:
         return bytes(stored.message_bytes)
+    replacement = invocation.edits.order_by("created_at").first()
+    if replacement is not None:  # an approver edited the call: the edited call answers the model's id
+        return tool_message(invocation=replacement, fmt=fmt)
     if _awaiting_confirmation(invocation):
         encoded = encode_result(
             ToolResult(status="unknown", error={"code": "awaiting_confirmation",
                                                 "message": "a human must confirm this call; ask again later"}),
             policy=result_policy(invocation), invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
+            edited_by_approver=edit_notice(invocation),
         )
-        return message_bytes(render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=True))
+        return message_bytes(render(fmt, encoded, tool_call_id=answered_tool_call_id(invocation), is_error=True))
     if invocation.state not in TERMINAL:
         raise Conflict(f"invocation is {invocation.state}; its tool message is not final yet",
                        code="not_final", extra={"state": invocation.state})
     result = _ending_result(error_code=invocation.error_code, error_message=invocation.error_message,
                             commit_status=invocation.commit_status)
-    return message_bytes(render(fmt, encode(invocation, result), tool_call_id=invocation.proposal.proposal_id, is_error=True))
+    return message_bytes(render(fmt, encode(invocation, result), tool_call_id=answered_tool_call_id(invocation), is_error=True))
 
 
 def result_page(*, invocation: Invocation, cursor: str | None) -> tuple[bytes, str | None, int]:
