@@ -24,6 +24,7 @@ from datetime import date, datetime
 from typing import Any, Mapping
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from .digest import canonical_json
 from .normalizers import MINOR_UNITS, escape_pointer_token
 
 KINDS = ("money", "datetime", "date")
@@ -246,7 +247,7 @@ _RISK = {
     "read_only": ("reads only", "nothing to undo: the tool changes nothing"),
     "write_idempotent": ("changes data; repeatable with its idempotency key",
                          "cannot be undone by ToolOps: undoing needs a compensating call the tool supports"),
-    "write_unsafe": ("changes data; NOT idempotent — never re-sent automatically",
+    "write_unsafe": ("changes data; NOT idempotent",
                      "cannot be undone by ToolOps: undoing needs a compensating call the tool supports"),
 }
 
@@ -270,7 +271,7 @@ def interpretation_display(*, raw: bytes, context: Mapping | None, trace: list |
     """What the model wrote → what it became, and the clock, zone and locale that decided it.
 
     ``{"raw_text", "context": {"clock", "timezone", "locale"}, "context_text", "steps": [{"pointer",
-    "normalizer", "input", "output", "changed", "text"}]}``.
+    "normalizer", "input", "output", "changed", "input_text", "output_text", "text"}]}``.
     """
     context = context or {}
     zone = context.get("timezone")
@@ -282,6 +283,7 @@ def interpretation_display(*, raw: bytes, context: Mapping | None, trace: list |
         source = "(absent; default filled in)" if step.get("normalizer") == "default" else json.dumps(written, ensure_ascii=False)
         steps.append({"pointer": step.get("pointer", ""), "normalizer": step.get("normalizer", ""), "input": written,
                       "output": step.get("output"), "changed": written != step.get("output"),
+                      "input_text": source, "output_text": became,
                       "text": f"{step.get('pointer', '')}: {source} → {became}"})
     clock = context.get("clock", "")
     clock_text = format_datetime(clock, zone) if clock else "—"
@@ -299,3 +301,154 @@ def arguments_difference(before: Any, after: Any, kinds: Mapping[str, Mapping], 
     now = {line["field"]: line["text"] for line in arguments_display(after, kinds, zone_name=zone_name)}
     return [{"field": key, "before": show.get(key, "—"), "after": now.get(key, "—")}
             for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
+
+
+# --- the edit form ------------------------------------------------------------------------------
+
+
+def minor_to_decimal(minor: int, currency: str) -> str:
+    """``1250, "EUR"`` → ``"12.50"`` (the input form a ``currency_minor_units`` normalizer reads)."""
+    exponent = MINOR_UNITS.get(currency, 2)
+    whole, frac = divmod(abs(minor), 10 ** exponent)
+    return ("-" if minor < 0 else "") + str(whole) + (f".{frac:0{exponent}d}" if exponent else "")
+
+
+def input_shape(arguments: Any, kinds: Mapping[str, Mapping]) -> Any:
+    """Normalized arguments written back in the shape the input schema accepts, so an edit starts
+    from what the approver saw: money as a decimal string (``{"amount": "12.50", "currency":
+    "EUR"}`` for a ``from_value`` field); every other normalizer's output is already valid input."""
+    if not isinstance(arguments, Mapping):
+        return arguments
+    out = json.loads(json.dumps(arguments))
+    for pointer, info in kinds.items():
+        if info.get("kind") != "money":
+            continue
+        found, value = _lookup(out, pointer)
+        money = money_of(value, info) if found else None
+        if money is None:
+            continue
+        decimal = minor_to_decimal(*money)
+        replacement = {"amount": decimal, "currency": money[1]} if isinstance(value, Mapping) else decimal
+        tokens = pointer.split("/")[1:]
+        parent = out
+        for token in tokens[:-1]:
+            parent = parent[token.replace("~1", "/").replace("~0", "~")]
+        parent[tokens[-1].replace("~1", "/").replace("~0", "~")] = replacement
+    return out
+
+
+def _widget(schema: Mapping) -> str:
+    if schema.get("enum"):
+        return "select"
+    types = schema.get("type")
+    types = types if isinstance(types, list) else [types]
+    if types == ["integer"]:
+        return "integer"
+    if types == ["number"]:
+        return "number"
+    if types == ["boolean"]:
+        return "boolean"
+    if "string" in types:  # ["string", "number"] amounts stay text: "12.50" is what the model may write
+        return "textarea" if (schema.get("maxLength") or 0) > 200 else "text"
+    return "json"
+
+
+def edit_form_fields(*, input_schema: Mapping | None, kinds: Mapping[str, Mapping], values: Any) -> list[dict]:
+    """One form field per input-schema property (one level into objects): ``{"name", "label",
+    "widget" (text | textarea | integer | number | boolean | select | json), "value", "choices",
+    "required", "help"}``. ``name`` is the property's JSON pointer; ``value`` the text to show."""
+    schema = input_schema or {}
+    values = values if isinstance(values, Mapping) else {}
+    fields: list[dict] = []
+    _form_fields(schema, "", values, set(schema.get("required") or []), kinds, fields)
+    return fields
+
+
+def _form_fields(schema: Mapping, prefix: str, values: Mapping, required: set, kinds: Mapping, out: list) -> None:
+    properties = schema.get("properties") or {}
+    # Required fields first, then by name (a stored schema's key order is not the author's).
+    for name in sorted(properties, key=lambda n: (n not in required, n)):
+        sub = properties[name]
+        if not isinstance(sub, Mapping):
+            continue
+        pointer = f"{prefix}/{escape_pointer_token(name)}"
+        value = values.get(name)
+        if sub.get("type") == "object" and sub.get("properties") and not prefix:
+            _form_fields(sub, pointer, value if isinstance(value, Mapping) else {}, set(sub.get("required") or []), kinds, out)
+            continue
+        widget = _widget(sub)
+        if value is None:
+            text = ""
+        elif widget in ("json", "select") or not isinstance(value, str):
+            text = json.dumps(value, ensure_ascii=False)  # a select's option values are JSON too
+        else:
+            text = value
+        kind = (kinds.get(pointer) or {}).get("kind", "")
+        if not kind and (kinds.get(prefix) or {}).get("kind") == "money":
+            # the {"amount", "currency"} input a from_value money normalizer defines
+            kind = {"amount": "money", "currency": "currency"}.get(name, "")
+        out.append({
+            "name": pointer, "label": pointer.lstrip("/").replace("/", " · "), "widget": widget, "value": text,
+            "choices": [{"value": json.dumps(c, ensure_ascii=False), "label": c if isinstance(c, str) else json.dumps(c)}
+                        for c in sub.get("enum") or []],
+            "required": name in required, "help": _help(sub, kind),
+        })
+
+
+def _help(schema: Mapping, kind: str) -> str:
+    parts = []
+    if kind == "money":
+        parts.append("money: a decimal amount in major units, e.g. 12.50")
+    elif kind == "currency":
+        parts.append("ISO 4217 currency code")
+    elif kind == "datetime":
+        parts.append("date and time with its offset, e.g. 2026-12-02T09:00:00+08:00")
+    elif kind == "date":
+        parts.append("a date, e.g. 2026-12-02")
+    if schema.get("description"):
+        parts.append(str(schema["description"]))
+    for key, word in (("minimum", "min"), ("maximum", "max"), ("maxLength", "max length")):
+        if key in schema:
+            parts.append(f"{word} {schema[key]}")
+    return "; ".join(parts)
+
+
+class FormError(ValueError):
+    """A form value that cannot become JSON of its field's type (shown beside the field)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def canonical_text(value: Any) -> str:
+    """The JCS text of a JSON value (what the form's arguments are re-parsed from)."""
+    return canonical_json(value).decode("utf-8")
+
+
+def arguments_from_form(fields: list[dict], posted: Mapping[str, str]) -> dict:
+    """The edited arguments from posted ``{pointer: text}``: empty optional fields are left out,
+    integers / numbers / booleans / JSON fields parsed, everything else kept as the text typed —
+    the schema, not this function, decides whether it is valid."""
+    out: dict = {}
+    for field in fields:
+        text = posted.get(field["name"], "")
+        if text == "" and field["widget"] not in ("text", "textarea"):
+            continue
+        if text == "" and not field["required"]:
+            continue
+        widget = field["widget"]
+        try:
+            if widget in ("integer", "number", "boolean", "json", "select"):
+                value = json.loads(text)
+            else:
+                value = text
+        except ValueError:
+            raise FormError(field["name"], f"not a valid {widget} value: {text!r}") from None
+        tokens = [t.replace("~1", "/").replace("~0", "~") for t in field["name"].split("/")[1:]]
+        target = out
+        for token in tokens[:-1]:
+            target = target.setdefault(token, {})
+        target[tokens[-1]] = value
+    return out
+
