@@ -39,8 +39,24 @@ def payment() -> Confirmation:
 
 
 def test_it_shows_the_payment_as_money_with_why_risk_and_the_interpretation_trail(login, live_server, payment):
-    page = login(_approver_of(payment.tool_spec))
+    approver = _approver_of(payment.tool_spec)
+    calendar = make_demo_spec(name="calendar.create_event")
+    make_grant(subject=payment.subject, capability="calendar.write", operation_class="create",
+               scope_kind="exact", scope_values=["primary"])
+    assign_perm("specs_app.approve_toolspec", approver, calendar)
+    meeting = admit_proposal(subject=payment.subject, spec=calendar, timezone_name="Asia/Shanghai", arguments={
+        "calendar_id": "primary", "title": "Sign the contract", "start": "tomorrow 09:00", "duration_minutes": 30})
+    page = login(approver)
     page.goto(live_server.url + "/console/confirmations/")
+
+    # A time with its zone, and what the model wrote for it (the run's zone, not the server's).
+    start = meeting.normalized_arguments["start"]
+    assert start.endswith("T09:00:00+08:00")
+    meeting_row = page.locator(f"#confirmation-{meeting.confirmations.get().pk}")
+    expect(meeting_row.get_by_test_id("arguments")).to_contain_text(f"start: {start[:10]} 09:00 +08:00 (Asia/Shanghai)")
+    expect(meeting_row.get_by_test_id("interpretation-step").filter(has_text="tomorrow")).to_contain_text(
+        f'model wrote "tomorrow 09:00" → {start[:10]} 09:00 +08:00 (Asia/Shanghai)')
+    page.screenshot(path=str(DOCS / "approver-queue.png"))
 
     row = page.locator(f"#confirmation-{payment.pk}")
     expect(row.get_by_test_id("arguments")).to_contain_text("amount: 12.50 EUR")
