@@ -44,6 +44,14 @@ def answered_tool_call_id(invocation: Invocation) -> str:
     return invocation.proposal.proposal_id
 
 
+def answering_invocation(invocation: Invocation) -> Invocation:
+    """The call that answers ``invocation``'s tool-call id: itself, or the last approver's edit of it."""
+    if invocation.state != State.CANCELLED_BEFORE_COMMIT:  # only an edited original ends so and has edits
+        return invocation
+    replacement = invocation.edits.order_by("created_at").first()
+    return invocation if replacement is None else answering_invocation(replacement)
+
+
 def edit_notice(invocation: Invocation) -> dict | None:
     """What the model is told about an approver's edit: that it happened, the arguments now, why."""
     if invocation.edited_from_id is None:
@@ -97,9 +105,9 @@ def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
     stored = ToolMessage.objects.filter(invocation=invocation, format=fmt).first()
     if stored is not None:
         return bytes(stored.message_bytes)
-    replacement = invocation.edits.order_by("created_at").first()
-    if replacement is not None:  # an approver edited the call: the edited call answers the model's id
-        return tool_message(invocation=replacement, fmt=fmt)
+    answering = answering_invocation(invocation)
+    if answering.pk != invocation.pk:  # an approver edited the call: the edited call answers the model's id
+        return tool_message(invocation=answering, fmt=fmt)
     if _awaiting_confirmation(invocation):
         encoded = encode_result(
             ToolResult(status="unknown", error={"code": "awaiting_confirmation",
