@@ -11,9 +11,8 @@ from toolops.runtime import approval_display as words
 from .models import Confirmation, Invocation
 
 
-def spec_kinds(invocation: Invocation) -> dict[str, dict]:
-    """The meanings the call's ToolSpec declares for its fields (money, datetime, date)."""
-    spec = invocation.tool_spec
+def spec_kinds(spec) -> dict[str, dict]:
+    """The meanings a ToolSpec declares for its fields (money, datetime, date)."""
     return words.field_kinds(input_schema=spec.input_schema if spec else None, normalizers=spec.normalizers if spec else None)
 
 
@@ -34,8 +33,8 @@ def approval_display(confirmation: Confirmation) -> dict:
       ``invocation_id``, ``digest``.
     """
     invocation = confirmation.invocation
-    spec = invocation.tool_spec
-    kinds = spec_kinds(invocation)
+    spec = confirmation.tool_spec  # the invocation's, already joined by the queue's query
+    kinds = spec_kinds(spec)
     zone = (invocation.normalization_context or {}).get("timezone")
     lines = words.arguments_display(confirmation.arguments, kinds, zone_name=zone)
     currency = words.call_currency(confirmation.arguments, kinds)
@@ -71,7 +70,7 @@ def edit_difference(invocation: Invocation) -> dict | None:
     original = invocation.edited_from
     if original is None:
         return None
-    kinds = spec_kinds(invocation)
+    kinds = spec_kinds(invocation.tool_spec)
     zone = (invocation.normalization_context or {}).get("timezone")
     return {
         "original_id": str(original.pk), "original_digest": original.digest, "digest": invocation.digest,

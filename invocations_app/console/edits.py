@@ -30,14 +30,14 @@ from .selectors import confirmation_get_for_user
 
 def _form_fields(confirmation: Confirmation, values) -> list[dict]:
     return words.edit_form_fields(input_schema=confirmation.tool_spec.input_schema,
-                                  kinds=spec_kinds(confirmation.invocation), values=values)
+                                  kinds=spec_kinds(confirmation.tool_spec), values=values)
 
 
 @require_http_methods(["GET", "POST"])
 def edit_view(request: HttpRequest, pk) -> HttpResponse:
     """GET: the form, filled with what the approver saw. POST: the preview (nothing written)."""
     confirmation = confirmation_get_for_user(user=request.user, pk=pk)
-    kinds = spec_kinds(confirmation.invocation)
+    kinds = spec_kinds(confirmation.tool_spec)
     start = words.input_shape(confirmation.arguments, kinds)
     context = {"raw_json": pretty(start), "reason": "", "mode": "fields", "preview": None, "errors": []}
     fields = _form_fields(confirmation, start)
@@ -63,7 +63,7 @@ def _preview(confirmation: Confirmation, fields: list[dict], posted: dict, conte
     plan = confirmation_preview_edit(confirmation=confirmation, edited_arguments=edited_text)
     if plan.error:
         return {"errors": [f"{plan.final_state}: {plan.error['message']}"], "edited_text": edited_text}
-    kinds = spec_kinds(confirmation.invocation)
+    kinds = spec_kinds(confirmation.tool_spec)
     zone = (confirmation.invocation.normalization_context or {}).get("timezone")
     decision = confirmation_edit_authorization(confirmation=confirmation, plan=plan)
     denied = decision.effect == Effect.DENY
