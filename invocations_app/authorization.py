@@ -144,16 +144,34 @@ def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
     return invocation
 
 
-def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter):
-    """The decision and the amount per capability (reservations are taken for allowed calls)."""
+def authorization_preview(*, spec: ToolSpec, tenant, subject, normalized_arguments, now: datetime) -> Decision:
+    """The pure decision for arguments not yet recorded (an approver's edit): grants and limits
+    as now, counting limits not reserved — ``invocation_authorize`` decides again for real."""
+    inputs = _decision_inputs(spec=spec, tenant=tenant, subject=subject, arguments=normalized_arguments, now=now)
+    if isinstance(inputs, Decision):
+        return inputs
+    requirements, grants, ctx = inputs
+    return authorize(requirements=requirements, grants=grants, ctx=ctx)
+
+
+def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now):
+    """``(requirements, grant snapshots, context)``, or a DENY decision for a misconfigured tool."""
     declared = list(spec.required_capabilities or [])
     names = [entry["capability"] for entry in declared]
     ctx = AuthContext(tenant=tenant.slug, subject_id=str(subject.pk), tool_ref=spec.ref, now=now)
     try:
         requirements = requirements_for(declared=declared, operation_classes=capability_classes(names), arguments=arguments)
     except RequirementError as exc:
-        return Decision(Effect.DENY, (Reason("misconfigured_tool", None, ",".join(names), str(exc)),), ()), {}
-    grants = grant_snapshots(tenant=tenant, subject=subject, capabilities=names)
+        return Decision(Effect.DENY, (Reason("misconfigured_tool", None, ",".join(names), str(exc)),), ())
+    return requirements, grant_snapshots(tenant=tenant, subject=subject, capabilities=names), ctx
+
+
+def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter):
+    """The decision and the amount per capability (reservations are taken for allowed calls)."""
+    inputs = _decision_inputs(spec=spec, tenant=tenant, subject=subject, arguments=arguments, now=now)
+    if isinstance(inputs, Decision):
+        return inputs, {}
+    requirements, grants, ctx = inputs
     amounts = {r.capability: r.amount or 0 for r in requirements}
     # Reserve counting limits for the grants the pure decision picked, all or nothing: if one
     # loses (a concurrent caller took the last unit), the others are released and the decision

@@ -1,7 +1,14 @@
 """Approve with edits (SPEC §6): the approver changes the arguments and approves the new digest.
 
-The original call ends CANCELLED_BEFORE_COMMIT; the replacement is admitted like any proposal
-(``admission.record_admission``, the same chain checks) and authorized like any call.
+The edited arguments go through the same chain as a model's proposal — strict parse, schema,
+normalization under the original's recorded clock/zone/locale, digest — and the subject's grants
+decide them again: an edit can narrow a call, never widen what the agent may do (an edit the
+grants would deny is refused before anything changes). The approver's own authority is the
+console's ``approve_toolspec`` check; their approval binds the *new* digest.
+
+The original call ends CANCELLED_BEFORE_COMMIT without a tool message of its own: the model's
+tool-call id is answered by the replacement, whose message says a person changed the arguments
+and what they are now (``tool_messages.edit_notice``).
 """
 from __future__ import annotations
 
@@ -11,32 +18,43 @@ from django.utils import timezone
 from specs_app.selectors import tool_view
 from toolops.errors import ApplicationError
 from toolops.runtime.admission import AdmissionPlan, admit
+from toolops.runtime.authorization import Decision, Effect
 from toolops.runtime.digest import canonical_json
 from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.states import State
 
 from .admission import parser_limits, record_admission
-from .authorization import invocation_authorize
+from .authorization import authorization_preview, invocation_authorize
 from .confirmations import StaleDigest, confirmation_approve, decision_claim, refuse_if_overdue
 from .models import Confirmation, Invocation
-from .tool_messages import ending_message_rows
 from .transitions import invocation_transition
 
 
 def confirmation_preview_edit(*, confirmation: Confirmation, edited_arguments) -> AdmissionPlan:
     """What the edited arguments become (normalized, digest) under the original's recorded context.
 
-    Nothing is written: the approver reviews the new digest, then confirms it explicitly.
+    ``edited_arguments`` is a JSON value, or the bytes/text an approver typed (parsed by the same
+    strict parser as a model's proposal). Nothing is written: the approver reviews the new
+    digest, then confirms it explicitly.
     """
     original = confirmation.invocation
+    if isinstance(edited_arguments, str):
+        edited_arguments = edited_arguments.encode()
     return admit(
-        arguments_bytes=canonical_json(edited_arguments),
+        arguments_bytes=edited_arguments if isinstance(edited_arguments, bytes) else canonical_json(edited_arguments),
         tool=tool_view(original.tool_spec),
         visible_names=[],
         tenant=original.tenant.slug,
         context=NormalizationContext.from_record(original.normalization_context),
         limits=parser_limits(),
     )
+
+
+def confirmation_edit_authorization(*, confirmation: Confirmation, plan: AdmissionPlan) -> Decision:
+    """What the subject's grants say about the edited arguments now (nothing reserved or written)."""
+    original = confirmation.invocation
+    return authorization_preview(spec=original.tool_spec, tenant=original.tenant, subject=original.subject,
+                                 normalized_arguments=plan.normalized_arguments, now=timezone.now())
 
 
 def confirmation_approve_with_edits(
@@ -47,7 +65,9 @@ def confirmation_approve_with_edits(
     The original ends CANCELLED_BEFORE_COMMIT (its tool message will say the arguments were
     changed and point at the replacement); the replacement is a new invocation linked by
     ``edited_from``, authorized like any other, and approved only if ``new_digest_seen`` is the
-    digest the edit actually produced.
+    digest the edit actually produced. An edit the subject's grants would deny is refused
+    (``edit_not_authorized``) and nothing changes. Returns the replacement (PREPARED / EXECUTING
+    once approved; the worker runs it once).
     """
     if digest_seen != confirmation.digest:
         raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
@@ -61,6 +81,11 @@ def confirmation_approve_with_edits(
         raise StaleDigest("confirm the digest of the edited arguments", extra={"digest": plan.digest})
     if plan.digest == confirmation.digest:
         return confirmation_approve(confirmation=confirmation, user=user, digest_seen=digest_seen, reason=reason)
+    decision = confirmation_edit_authorization(confirmation=confirmation, plan=plan)
+    if decision.effect == Effect.DENY:
+        reasons = decision.public_reasons()
+        raise ApplicationError("the edited call would not be authorized: " + ", ".join(sorted({r["code"] for r in reasons})),
+                               code="edit_not_authorized", extra={"reasons": reasons})
     replacement = _replace_invocation(confirmation=confirmation, user=user, plan=plan, reason=reason)
     invocation_authorize(invocation=replacement)
     replacement.refresh_from_db()
@@ -82,13 +107,14 @@ def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan
             idempotency_key=f"{original.idempotency_key}:edit:{plan.digest[:16]}", trace=None, edited_from=original,
         )
         decision_claim(confirmation, state=Confirmation.Status.EDITED, user=user, reason=reason, now=now, replacement=replacement)
-        error = {"error_code": "cancelled",
-                 "error_message": f"an approver changed the arguments; the call continues as invocation {replacement.pk}"}
+        # No tool message of its own: the replacement answers the model's tool-call id.
         invocation_transition(
             invocation=original, src=State.AUTHORIZED, dst=State.CANCELLED_BEFORE_COMMIT, kind="edited_by_approver",
-            data={"replacement_invocation_id": str(replacement.pk), "new_digest": plan.digest, "reason": reason},
+            data={"replacement_invocation_id": str(replacement.pk), "old_digest": original.digest,
+                  "new_digest": plan.digest, "reason": reason},
             actor=f"user:{user.username}",
-            fields={**error, "error_detail": {"replacement_invocation_id": str(replacement.pk), "reason": reason}},
-            rows=ending_message_rows(original, **error),
+            fields={"error_code": "cancelled",
+                    "error_message": f"an approver changed the arguments; the call continues as invocation {replacement.pk}",
+                    "error_detail": {"replacement_invocation_id": str(replacement.pk), "reason": reason}},
         )
     return replacement

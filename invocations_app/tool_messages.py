@@ -36,9 +36,39 @@ def redacted(invocation: Invocation, value: Any) -> Any:
     return redact(value, policy=result_policy(invocation))
 
 
+EDIT_NOTICE = ("A person reviewing this call changed its arguments before approving it; this answer is for "
+               "the arguments below, not the ones you proposed.")
+
+
+def answered_tool_call_id(invocation: Invocation) -> str:
+    """The model's tool-call id this invocation answers: its own, or for an approver's edit the
+    id of the call the model proposed (the edit chain's first invocation)."""
+    while invocation.edited_from_id is not None:
+        invocation = invocation.edited_from
+    return invocation.proposal.proposal_id
+
+
+def answering_invocation(invocation: Invocation) -> Invocation:
+    """The call that answers ``invocation``'s tool-call id: itself, or the last approver's edit of it."""
+    if invocation.state != State.CANCELLED_BEFORE_COMMIT:  # only an edited original ends so and has edits
+        return invocation
+    replacement = invocation.edits.order_by("created_at").first()
+    return invocation if replacement is None else answering_invocation(replacement)
+
+
+def edit_notice(invocation: Invocation) -> dict | None:
+    """What the model is told about an approver's edit: that it happened, the arguments now, why."""
+    if invocation.edited_from_id is None:
+        return None
+    decision = Confirmation.objects.filter(replacement=invocation).only("reason").first()
+    return {"message": EDIT_NOTICE, "arguments": invocation.normalized_arguments,
+            "reason": decision.reason if decision is not None else ""}
+
+
 def encode(invocation: Invocation, result: ToolResult):
     return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
-                         tool_ref=invocation.tool_ref or invocation.proposal.name)
+                         tool_ref=invocation.tool_ref or invocation.proposal.name,
+                         edited_by_approver=edit_notice(invocation))
 
 
 def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:
@@ -47,7 +77,7 @@ def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[li
     return [
         [ResultBody(invocation=invocation, body=encoded.full_bytes, total_bytes=encoded.total_bytes)],
         [ToolMessage(invocation=invocation, format=fmt, message_bytes=message_bytes(
-            render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=is_error)
+            render(fmt, encoded, tool_call_id=answered_tool_call_id(invocation), is_error=is_error)
         )) for fmt in FORMATS],
     ]
 
@@ -82,8 +112,9 @@ def _interim_message(invocation: Invocation, kind: str, fmt: str) -> bytes:
     encoded = encode_result(
         ToolResult(status="unknown", error={"code": str(kind), "message": INTERIM[kind]}, commit_status=commit),
         policy=result_policy(invocation), invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
+        edited_by_approver=edit_notice(invocation),
     )
-    return message_bytes(render(fmt, encoded, tool_call_id=invocation.proposal.proposal_id, is_error=True))
+    return message_bytes(render(fmt, encoded, tool_call_id=answered_tool_call_id(invocation), is_error=True))
 
 
 def current_message(*, invocation: Invocation, fmt: str) -> tuple[str, bytes] | None:
@@ -98,6 +129,9 @@ def current_message(*, invocation: Invocation, fmt: str) -> tuple[str, bytes] | 
     stored = ToolMessage.objects.filter(invocation=invocation, format=fmt).first()
     if stored is not None:
         return ModelCallMessage.Kind.FINAL, bytes(stored.message_bytes)
+    answering = answering_invocation(invocation)
+    if answering.pk != invocation.pk:  # an approver edited the call: the edited call answers the model's id
+        return current_message(invocation=answering, fmt=fmt)
     if _awaiting_confirmation(invocation):
         kind = ModelCallMessage.Kind.AWAITING_CONFIRMATION
         return kind, _interim_message(invocation, kind, fmt)
@@ -109,7 +143,7 @@ def current_message(*, invocation: Invocation, fmt: str) -> tuple[str, bytes] | 
     result = _ending_result(error_code=invocation.error_code, error_message=invocation.error_message,
                             commit_status=invocation.commit_status)
     return ModelCallMessage.Kind.FINAL, message_bytes(
-        render(fmt, encode(invocation, result), tool_call_id=invocation.proposal.proposal_id, is_error=True))
+        render(fmt, encode(invocation, result), tool_call_id=answered_tool_call_id(invocation), is_error=True))
 
 
 def tool_message(*, invocation: Invocation, fmt: str) -> bytes:

@@ -177,9 +177,6 @@ class ToolSpecAdmin(ReinforcedGuardedModelAdmin):
         platform, ids = self._managed(request)
         return super().has_add_permission(request) and (platform or bool(ids))
 
-    def has_change_permission(self, request, obj=None):
-        return super().has_change_permission(request, obj) and (obj is None or self._may_edit(request, obj))
-
     def get_actions(self, request):
         actions = super().get_actions(request)
         platform, ids = self._managed(request)
@@ -187,14 +184,20 @@ class ToolSpecAdmin(ReinforcedGuardedModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         if obj and obj.is_published:
-            return [f.name for f in self.model._meta.fields] + ["rendered_schema"]
+            return [f.name for f in self.model._meta.fields if f.name != "input_schema"] + ["rendered_schema"]
         return ["status", "published_at", "retired_at", "created_by", "created_at"]
 
     def get_fields(self, request, obj=None):
         fields = super().get_fields(request, obj)
-        if obj and obj.is_published and "rendered_schema" not in fields:
-            fields = list(fields) + ["rendered_schema"]
+        if obj and obj.is_published:  # the schema once, pretty-printed, in the raw field's place
+            fields = [("rendered_schema" if f == "input_schema" else f) for f in fields if f != "rendered_schema"]
         return fields
+
+    def has_change_permission(self, request, obj=None):
+        """A published version is immutable (a change is a new version): its page is view-only —
+        no Save, no Delete — while drafts stay editable."""
+        return (bool(obj is None or not obj.is_published) and super().has_change_permission(request, obj)
+                and (obj is None or self._may_edit(request, obj)))
 
     @admin.display(description="input schema")
     def rendered_schema(self, obj):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib import admin, messages
+from django.db.models import prefetch_related_objects
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -20,9 +21,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from toolops.errors import ApplicationError
 
+from ..approval_display import approval_display
 from ..confirmations import AlreadyDecided, StaleDigest, confirmation_approve, confirmation_deny
 from ..models import Confirmation
-from .formatting import pretty, render_arguments, time_left
+from .formatting import pretty, time_left
 from .selectors import (
     confirmation_detail_events, confirmation_get_for_user, confirmation_pending_count, confirmation_queue_list,
     console_filter_choices,
@@ -36,10 +38,13 @@ def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
 
 
 def _annotate(confirmations: list[Confirmation], now: datetime) -> list[Confirmation]:
+    """Countdown, short digest and the approver's reading of each (``approval_display``)."""
+    prefetch_related_objects(confirmations, "invocation__proposal", "invocation__edited_from__proposal")
     for c in confirmations:
         c.time_left = time_left(c.expires_at, now) if c.state == Confirmation.Status.PENDING else ""
         c.short_digest = c.digest[:12]
-        c.arguments_text = render_arguments(c.arguments)
+        c.display = approval_display(c)
+        c.arguments_text = c.display["arguments_text"]
     return confirmations
 
 
@@ -76,6 +81,7 @@ def detail_view(request: HttpRequest, pk) -> HttpResponse:
         "title": f"Confirmation for {confirmation.tool_spec.ref}",
         "c": confirmation,
         "arguments_json": pretty(confirmation.arguments),
+        "context_json": pretty(confirmation.invocation.normalization_context),
         "events": events,
         "can_view_invocation": request.user.has_perm("invocations_app.view_invocation"),
     }

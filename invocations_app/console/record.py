@@ -15,7 +15,8 @@ from django.views.decorators.http import require_GET
 
 from toolops.runtime.states import State
 
-from ..models import Invocation
+from ..approval_display import edit_difference
+from ..models import Confirmation, Invocation
 from ..resolutions import can_resolve
 from .formatting import history_lines, pretty, pretty_text, who
 from .selectors import invocation_record, record_get_for_user
@@ -60,8 +61,21 @@ def record_view(request: HttpRequest, pk) -> HttpResponse:
         "trace_url": (reverse("admin:invocations_app_invocation_changelist") + f"?q={inv.trace_id}")
         if user.has_perm("invocations_app.view_invocation") else "",
         "message_note": _message_note(inv, record),
+        "edit": _edit(inv, record),
     }
     return TemplateResponse(request, "admin/support/record.html", context)
+
+
+def _edit(inv: Invocation, record) -> dict | None:
+    """An approver's edit this call is part of: both digests, what changed, who and why."""
+    replacement = inv if inv.edited_from_id else (record.edits[0] if record.edits else None)
+    if replacement is None:
+        return None
+    difference = edit_difference(replacement)
+    decision = Confirmation.objects.filter(replacement=replacement).select_related("decided_by").first()
+    return {**difference, "replacement_id": str(replacement.pk), "is_replacement": replacement.pk == inv.pk,
+            "decided_by": decision.decided_by if decision else None, "decided_at": decision.decided_at if decision else None,
+            "reason": decision.reason if decision else ""}
 
 
 def _message_note(inv: Invocation, record) -> str:
@@ -71,6 +85,8 @@ def _message_note(inv: Invocation, record) -> str:
         return "None: support resolved this call as committed after its run had ended, so no tool message was emitted."
     if inv.state == State.FAILED_BEFORE_COMMIT and any(e.kind == "resolved_not_committed" for e in record.events):
         return "None: support resolved this call after its run had ended, so no tool message was emitted."
+    if record.edits:
+        return "None of its own: an approver edited this call; the edited call's message answers the model's tool-call id."
     if inv.state in (State.PARSE_REJECTED, State.VALIDATION_REJECTED, State.AUTHORIZATION_REJECTED, State.CANCELLED_BEFORE_COMMIT):
         return "None stored: the call ended before rejections stored their messages; the API encodes it from the record on request."
     return f"None yet: the call is {inv.state}; its tool message is written with its final transition."

@@ -41,7 +41,7 @@ from toolops.runtime.states import TERMINAL, State
 
 from .. import selectors
 from ..models import Confirmation, Invocation
-from ..tool_messages import tool_message
+from ..tool_messages import answering_invocation, tool_message
 from ..cancellation import invocation_cancel
 
 EXTENSION = "io.modelcontextprotocol/tasks"
@@ -103,6 +103,7 @@ def _task(invocation: Invocation) -> dict:
         "taskId": str(invocation.pk), "createdAt": _iso(invocation.created_at),
         "lastUpdatedAt": _iso(invocation.updated_at), "ttlMs": None, "pollIntervalMs": POLL_INTERVAL_MS,
     }
+    invocation = answering_invocation(invocation)  # an approver's edit carries on the model's call
     if invocation.state == State.CANCELLED_BEFORE_COMMIT:
         return {**task, "status": "cancelled", "statusMessage": invocation.error_message or "cancelled before the commit boundary"}
     if invocation.state in TERMINAL:

@@ -1,13 +1,17 @@
 """Approve with edits: a new invocation with a new digest, the original cancelled and linked."""
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth.models import User
 
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
 from invocations_app.confirmations import StaleDigest
-from invocations_app.models import Confirmation
-from tests.builders import make_demo_spec, make_grant
+from invocations_app.models import Confirmation, Invocation, ToolMessage
+from invocations_app.tool_messages import tool_message
+from toolops.errors import ApplicationError
+from tests.builders import ServiceWorld, fresh, make_demo_spec, make_grant
 
 pytestmark = pytest.mark.django_db
 
@@ -67,11 +71,42 @@ def test_it_refuses_when_the_approver_did_not_confirm_the_new_digest(pending, ap
     assert pending.state == "pending" and pending.invocation.state == "AUTHORIZED"
 
 
-def test_it_authorizes_the_edited_call_like_any_other(pending, approver):
+def test_it_refuses_an_edit_the_grants_would_deny_and_changes_nothing(pending, approver):
     edited = {**pending.arguments, "calendar_id": "boss"}  # outside the grant's scope
     new_digest = confirmation_preview_edit(confirmation=pending, edited_arguments=edited).digest
+    with pytest.raises(ApplicationError) as refused:
+        confirmation_approve_with_edits(
+            confirmation=pending, user=approver, digest_seen=pending.digest, edited_arguments=edited,
+            new_digest_seen=new_digest, reason="move it",
+        )
+    assert refused.value.code == "edit_not_authorized"
+    pending.refresh_from_db()
+    assert pending.state == "pending" and pending.invocation.state == "AUTHORIZED"
+    assert Invocation.objects.count() == 1
+
+
+def test_it_reparses_the_bytes_the_approver_typed_with_the_strict_parser(pending):
+    plan = confirmation_preview_edit(confirmation=pending, edited_arguments='{"title": "a", "title": "b"}')
+    assert plan.error is not None and plan.final_state == "PARSE_REJECTED"
+
+
+def test_it_answers_the_models_original_tool_call_id_saying_a_person_changed_the_arguments(approver):
+    world = ServiceWorld(user=approver)
+    original = world.write("Dinner at 8")
+    confirmation = world.pending(original)
+    edited = {"calendar_id": "primary", "title": "Dinner at 9"}
+    new_digest = confirmation_preview_edit(confirmation=confirmation, edited_arguments=edited).digest
     replacement = confirmation_approve_with_edits(
-        confirmation=pending, user=approver, digest_seen=pending.digest, edited_arguments=edited,
-        new_digest_seen=new_digest, reason="move it",
+        confirmation=confirmation, user=approver, digest_seen=original.digest, edited_arguments=edited,
+        new_digest_seen=new_digest, reason="nine is better",
     )
-    assert replacement.state == "AUTHORIZATION_REJECTED"
+    world.execute(replacement)
+
+    message = json.loads(tool_message(invocation=fresh(original), fmt="openai"))
+    assert message["tool_call_id"] == original.proposal.proposal_id != replacement.proposal.proposal_id
+    payload = json.loads(message["content"])
+    assert payload["ok"] is True and payload["invocation_id"] == str(replacement.pk)
+    notice = payload["edited_by_approver"]
+    assert notice["arguments"] == {"calendar_id": "primary", "title": "Dinner at 9"}
+    assert notice["reason"] == "nine is better" and "changed its arguments" in notice["message"]
+    assert not ToolMessage.objects.filter(invocation=original).exists()

@@ -80,7 +80,7 @@ def test_it_shows_an_approver_the_pending_call_with_readable_arguments_and_diges
     html = resp.content.decode()
     assert "calendar.create_event@1" in html
     assert "title: Quarterly planning" in html and "calendar_id: primary" in html
-    assert "start: 2026-07-21T09:00:00+02:00" in html or "start: 2026-07-21T07:00:00Z" in html
+    assert "start: 2026-07-21 09:00 +02:00 (Europe/Paris)" in html  # a time with its zone (approval_display)
     assert f'title="{pending.digest}"' in html, "full digest in the title attribute"
     assert f'>{pending.digest[:12]}</code>' in html, "short digest shown"
     assert f'name="digest_seen" value="{pending.digest}"' in html
@@ -251,7 +251,8 @@ def test_it_shows_the_detail_page_with_the_full_digest_and_the_timeline(pending,
     html = resp.content.decode()
     assert resp.status_code == 200
     assert f'data-testid="digest">{pending.digest}</code>' in html
-    assert "title: Quarterly planning" in html
+    assert pending.arguments["title"] == "Quarterly planning"
+    assert 'data-field="title"><th>title</th>' in html and 'data-testid="argument-value">Quarterly planning<' in html
     assert "confirmation_requested" in html
     assert f'name="digest_seen" value="{pending.digest}"' in html
 

@@ -417,8 +417,13 @@ class _Builder:
         return {**self.base, "result": result, "truncated": truncated}
 
 
-def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: str, tool_ref: str) -> EncodedResult:
-    """The model-facing payload for one result; see the module docstring for the steps."""
+def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: str, tool_ref: str,
+                  edited_by_approver: dict | None = None) -> EncodedResult:
+    """The model-facing payload for one result; see the module docstring for the steps.
+
+    ``edited_by_approver`` (``{"message", "arguments", "reason"}``) tells the model that a person
+    changed the arguments before approving, and what they are now; it is redacted like the rest.
+    """
     if not isinstance(result, ToolResult):
         raise TypeError("result must be a ToolResult")
     redactor = _Redactor(policy)
@@ -428,6 +433,8 @@ def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: st
     }
     pointers = tuple(parse_pointer(p) for p in result.untrusted_text_pointers)
     matched: set[tuple[str, ...]] = set()
+    if edited_by_approver is not None:
+        header["edited_by_approver"] = _transform(edited_by_approver, redactor, (), set())
     if result.status == "ok":
         value = _transform(result.value, redactor, pointers, matched)
         header["external_resource_id"] = (
