@@ -22,6 +22,7 @@ from toolops.runtime.tracecontext import parse_traceparent
 from toolops.tracelog import trace_scope
 
 from .confirmations import confirmations_expire_due
+from .escalations import confirmations_escalate_due
 from .dispatch import EXECUTE_TASK, enqueue_execution, execution_send
 from .execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
@@ -93,3 +94,9 @@ def confirmations_expire_due_task() -> int:
     """Periodic: expire pending confirmations past their time (each expiry is race-safe)."""
     return confirmations_expire_due()
 
+
+
+@shared_task(name="invocations.confirmations_escalate_due", ignore_result=True)
+def confirmations_escalate_due_task() -> int:
+    """Periodic: escalate pending confirmations nobody decided within their policy's time."""
+    return confirmations_escalate_due()
