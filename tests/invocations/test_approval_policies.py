@@ -297,3 +297,22 @@ def test_grant_create_stores_the_normalized_policy_and_audits_it(payments):
         {"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm", "approvals": 1},
         {"effect": "confirm", "approvals": 2}]}
     assert grant.changes.get().data["approval_policy"] == grant.approval_policy
+
+
+def test_the_grant_form_shows_a_bad_policy_on_its_field_and_saves_a_good_one(client, payments):
+    boss = make_staff(username="boss", superuser=True)
+    client.force_login(boss)
+    tenant = make_tenant(slug="acme")
+    form = {"capability": make_capability(name="payments.transfer", operation_class="create").pk, "tenant": tenant.pk,
+            "scope_kind": "any", "scope_values": "[]", "limits": "{}", "effect": "confirm", "tool_refs": "[]",
+            "expires_at_0": "", "expires_at_1": "", "reason": "finance approvals"}
+    page = client.get("/specs_app/grant/add/").content.decode()
+    assert 'name="approval_policy"' in page and "up_to inclusive" in page
+    resp = client.post("/specs_app/grant/add/", {**form, "approval_policy": '{"thresholds": [{"up_to": 10}]}'})
+    assert resp.status_code == 200
+    assert "effect must be one of" in str(resp.context["adminform"].form.errors["approval_policy"])
+    resp = client.post("/specs_app/grant/add/", {**form, "approval_policy": '{"approvals": 2}'})
+    assert resp.status_code == 302
+    grant = Grant.objects.get(tenant=tenant)
+    assert grant.approval_policy == {"approvals": 2}
+    assert "&quot;approvals&quot;: 2" in client.get(f"/specs_app/grant/{grant.pk}/change/").content.decode()
