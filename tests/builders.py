@@ -7,7 +7,7 @@
   tool with two properties);
 - calls: ``admit_proposal`` (one proposal through the admission service), ``Agent`` (an API
   client for one subject), ``OneRun`` (several proposals in one run, e.g. for standing approvals);
-- approval policies: ``PAYMENTS_POLICY``, ``make_payments_spec``, ``payment_args``;
+- approval policies: ``PAYMENTS_POLICY``, ``make_payments_spec``, ``make_finance_subject``, ``payment_args``;
 - worlds: ``PlantedWorld`` (rows planted directly, with chosen timestamps), ``ServiceWorld``
   (histories made through the services with in-process executors), ``RunWorld`` (one run and
   model call whose VALIDATED invocations are inserted directly).
@@ -189,6 +189,14 @@ PAYMENTS_POLICY = {
 def make_payments_spec(**overrides) -> ToolSpec:
     """The demo ``payments.transfer@1`` without its "always confirm" floor, so a policy alone decides."""
     return make_demo_spec(name="payments.transfer", **{"confirmation_policy": {"expires_seconds": 900}, **overrides})
+
+
+def make_finance_subject(*, policy: dict | None = None) -> Subject:
+    """``acme/finance-bot`` holding payments.transfer under ``policy`` (``PAYMENTS_POLICY`` by default)."""
+    subject = make_subject(tenant=make_tenant(slug="acme"), name="finance-bot")
+    make_grant(subject=subject, capability="payments.transfer", operation_class="create",
+               approval_policy=PAYMENTS_POLICY if policy is None else policy)
+    return subject
 
 
 def payment_args(minor: int, *, to_account: str = "acme-supplier-42", currency: str = "EUR") -> dict:

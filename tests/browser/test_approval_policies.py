@@ -7,9 +7,7 @@ from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Confirmation, Event
-from tests.builders import (
-    PAYMENTS_POLICY, OneRun, fresh, make_grant, make_payments_spec, make_staff, make_subject, make_tenant, payment_args,
-)
+from tests.builders import OneRun, fresh, make_finance_subject, make_payments_spec, make_staff, payment_args
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.browser
@@ -24,9 +22,7 @@ def payments():
 
 @pytest.fixture
 def run(payments):
-    finance = make_subject(tenant=make_tenant(slug="acme"), name="finance-bot")
-    make_grant(subject=finance, capability="payments.transfer", operation_class="create", approval_policy=PAYMENTS_POLICY)
-    return OneRun(subject=finance, spec=payments, on_behalf_of="alice@example.invalid")
+    return OneRun(subject=make_finance_subject(), spec=payments, on_behalf_of="alice@example.invalid")
 
 
 def approver(username: str, spec):

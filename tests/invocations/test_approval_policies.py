@@ -22,8 +22,8 @@ from invocations_app.standing_approvals import standing_approval_grant, standing
 from specs_app.models import Grant
 from specs_app.services import grant_create, grant_validate
 from tests.builders import (
-    PAYMENTS_POLICY, OneRun, fresh, make_capability, make_grant, make_payments_spec, make_staff, make_subject, make_tenant,
-    payment_args,
+    PAYMENTS_POLICY, OneRun, fresh, make_capability, make_finance_subject, make_grant, make_payments_spec, make_staff,
+    make_subject, make_tenant, payment_args,
 )
 from tests.conftest import require_postgres
 
@@ -37,9 +37,7 @@ def payments():
 
 @pytest.fixture
 def finance(payments):
-    subject = make_subject(tenant=make_tenant(slug="acme"), name="finance-bot")
-    make_grant(subject=subject, capability="payments.transfer", operation_class="create", approval_policy=PAYMENTS_POLICY)
-    return subject
+    return make_finance_subject()
 
 
 @pytest.fixture
