@@ -79,10 +79,20 @@ def confirmation_queue_list(*, user, tool: int | None = None, tenant: str | None
     # Index invocations_conf_queue (state, created_at) / invocations_conf_tool with a tool filter.
     pending_qs = _decidable(qs)
     # A page of the oldest, plus the total and next expiry from the index, never all of them.
-    pending = list(pending_qs.annotate(approvals_count=Count("approvals")).order_by("created_at")[:PENDING_SHOWN])
+    pending = list(pending_qs.order_by("created_at")[:PENDING_SHOWN])
+    _count_approvals(pending)
     totals = pending_qs.aggregate(n=Count("pk"), next_expiry=Min("expires_at"))
     decided = list(qs.exclude(state=Confirmation.Status.PENDING).order_by("-decided_at", "-created_at")[:DECIDED_SHOWN])
     return ConfirmationQueue(pending=pending, decided=decided, pending_total=totals["n"], next_expiry=totals["next_expiry"])
+
+
+def _count_approvals(confirmations: list[Confirmation]) -> None:
+    """``approvals_count`` on each shown row: one grouped query over the page, not a join over every pending row."""
+    ids = [c.pk for c in confirmations if c.approvals_needed > 1]
+    counts = dict(ConfirmationApproval.objects.filter(confirmation_id__in=ids).values("confirmation_id")
+                  .annotate(n=Count("*")).values_list("confirmation_id", "n")) if ids else {}
+    for c in confirmations:
+        c.approvals_count = counts.get(c.pk, 0)
 
 
 def confirmation_pending_count(*, user, tool: int | None = None, tenant: str | None = None) -> int:

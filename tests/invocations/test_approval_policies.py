@@ -14,6 +14,7 @@ from django.db import connection
 from invocations_app.confirmations import (
     AlreadyDecided, DuplicateApprover, SeparationOfDuties, confirmation_approve, confirmations_expire_due,
 )
+from invocations_app.confirmation_edits import confirmation_approve_with_edits
 from invocations_app.escalations import confirmations_escalate_due
 from invocations_app.models import Confirmation, ConfirmationApproval, Event, StandingApproval
 from invocations_app.serializers import invocation_to_dict
@@ -163,6 +164,9 @@ def test_the_person_the_run_acts_for_cannot_approve_by_email_or_username(run, fi
     with pytest.raises(SeparationOfDuties):
         standing_approval_grant(confirmation=pending(invocation), user=alice, minutes=5, max_amount=None, max_calls=None,
                                 reason="mine")
+    with pytest.raises(SeparationOfDuties):  # an edit is an approval too
+        confirmation_approve_with_edits(confirmation=pending(invocation), user=alice, digest_seen=pending(invocation).digest,
+                                        edited_arguments=payment_args(1500), new_digest_seen="", reason="smaller")
     assert not ConfirmationApproval.objects.exists() and not StandingApproval.objects.exists()
     assert fresh(invocation).state == "AUTHORIZED"
 
