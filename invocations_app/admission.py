@@ -268,7 +268,8 @@ def record_admission(
     if invocation.state in TERMINAL:  # rejected: its tool messages are written with it, never by a read
         rows += ending_message_rows(invocation, error_code=invocation.error_code, error_message=invocation.error_message)
     if confirmation_id:
-        rows.append([confirmation_row(invocation=invocation, expires_at=auth.confirmation_expires_at, confirmation_id=confirmation_id)])
+        rows.append([confirmation_row(invocation=invocation, expires_at=auth.confirmation_expires_at, confirmation_id=confirmation_id,
+                                      **auth.confirmation_fields)])
     claims_key = bool(spec and spec.side_effect_class != "read_only" and auth and not auth.denied)
     # One round trip for all rows (toolops.db_batch), atomic on its own. A write also claims its
     # idempotency key, which needs a read, so a transaction spans both; inside a caller's

@@ -66,7 +66,7 @@ class RunCreateView(APIView):
         data = _valid(RunIn, request.data)
         run = run_create(
             subject=_subject(request), budgets=_plain_budgets(data.get("budgets") or {}), timezone_name=data["timezone"],
-            locale=data["locale"], metadata=data["metadata"], trace=request.trace,
+            locale=data["locale"], metadata=data["metadata"], trace=request.trace, on_behalf_of=data["on_behalf_of"],
         )
         request.trace_id = run.trace_id
         return Response(run_to_dict(run), status=status.HTTP_201_CREATED)

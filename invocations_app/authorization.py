@@ -8,7 +8,7 @@ declares.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -17,6 +17,7 @@ from django.utils import timezone
 from specs_app.models import ToolSpec
 from specs_app.selectors import capability_classes, grant_snapshots
 from specs_app.upstream import upstream_gate
+from toolops.runtime.approval_policy import ApprovalPolicy, PolicyError, earliest_escalation
 from toolops.runtime.authorization import AuthContext, Decision, Effect, GrantSnapshot, Reason, Usage, authorize
 from toolops.runtime.requirements import RequirementError, requirements_for
 from toolops.runtime.admission import Step
@@ -27,8 +28,9 @@ from .confirmations import confirmation_open
 from .counters import counts_usage as _counting, default_counter
 from .dispatch import enqueue_when_committed
 from .models import Invocation
+from .standing_approvals import StandingUse, standing_approval_take
 from .tool_messages import ending_message_rows
-from .transitions import invocation_transition
+from .transitions import event_append, invocation_transition
 
 DEFAULT_CONFIRMATION_SECONDS = 15 * 60
 
@@ -44,11 +46,16 @@ class AuthOutcome:
     side_effect_class: str
     reservations: tuple = ()  # (counter, grant, run_id, invocation_id, amount) taken for this call
     deny_code: str = "authorization_denied"
+    # The pending confirmation's quorum and escalation (``confirmation_row`` keywords).
+    confirmation_fields: dict = field(default_factory=dict)
+    standing: StandingUse | None = None  # the standing approval that stands in for a person
 
     def release_reservations(self) -> None:
         """Give the counted units back (the call was not recorded after all, e.g. a lost race)."""
         for counter, grant, run_id, invocation_id, amount in self.reservations:
             counter.release(grant=grant, run_id=run_id, invocation_id=invocation_id, amount=amount)
+        if self.standing is not None:
+            self.standing.release()
 
     @property
     def denied(self) -> bool:
@@ -61,10 +68,18 @@ class AuthOutcome:
         steps = [Step(State.AUTHORIZED, "authorized", {
             "decision": self.record["decision"], "grant_ids": [g.grant_id for g in self.decision.used_grants],
         })]
+        if self.standing is not None:
+            steps.append(Step(State.AUTHORIZED, "standing_approval_applied", {
+                "standing_approval": self.record["standing_approval"], "reason": self.standing.message(),
+            }))
         if self.needs_human:
+            fields = self.confirmation_fields
             steps.append(Step(State.AUTHORIZED, "confirmation_requested", {
                 "confirmation_id": confirmation_id, "digest": digest,
                 "expires_at": self.confirmation_expires_at.isoformat(),
+                **({"approvals_needed": fields["approvals_needed"]} if fields.get("approvals_needed", 1) != 1 else {}),
+                **({"escalate_at": fields["escalate_at"].isoformat(), "escalation_group": fields["escalation_group"]}
+                   if fields.get("escalate_at") else {}),
             }))
         elif self.side_effect_class != "read_only":
             steps.append(Step(State.PREPARED, "prepared"))
@@ -86,15 +101,18 @@ def authorization_decide(
     after all (admission lost a race)."""
     counter = counter or default_counter()
     gate = upstream_gate(spec=spec)  # None unless the tool is imported from an MCP server
-    if gate is not None and gate.quarantined:
+    policy = spec.confirmation_policy or {}
+    spec_approval, policy_error = _spec_approval(policy)
+    if policy_error is not None:
+        decision, amounts = Decision(Effect.DENY, (Reason("misconfigured_tool", None, "", policy_error),), ()), {}
+    elif gate is not None and gate.quarantined:
         decision, amounts = Decision(Effect.DENY, (Reason(
             "tool_quarantined", None, "", f"{spec.ref} is quarantined: its upstream definition {gate.state}"),), ()), {}
     else:
         decision, amounts = _decide(
             spec=spec, tenant=tenant, subject=subject, run_id=run_id, invocation_id=invocation_id,
-            arguments=normalized_arguments, now=now, counter=counter,
+            arguments=normalized_arguments, now=now, counter=counter, spec_approval=spec_approval,
         )
-    policy = spec.confirmation_policy or {}
     # An upstream's class is its own claim until an admin confirms it: until then a person decides.
     unconfirmed = gate is not None and gate.needs_human
     needs_human = decision.effect == Effect.CONFIRM or (
@@ -107,15 +125,54 @@ def authorization_decide(
         "internal": decision.to_dict(include_grants=False),
         "decided_at": now.isoformat(),
     }
+    fields, standing = {}, None
+    if needs_human:
+        fields, standing = _human_step(decision=decision, spec=spec, spec_approval=spec_approval, run_id=run_id,
+                                       amounts=amounts, now=now, record=record)
+        needs_human = standing is None
     return AuthOutcome(
         decision=decision, record=record, needs_human=needs_human,
         confirmation_expires_at=now + timedelta(seconds=seconds) if needs_human else None,
         side_effect_class=spec.side_effect_class,
         deny_code="tool_quarantined" if gate is not None and gate.quarantined else "authorization_denied",
         reservations=tuple(
-            (counter, g, run_id, invocation_id, amounts.get(g.capability, 0)) for g in decision.used_grants if _counting(g)
+            (counter, g, run_id, invocation_id, amounts.get(g.capability) or 0) for g in decision.used_grants if _counting(g)
         ),
+        confirmation_fields=fields, standing=standing,
     )
+
+
+def _spec_approval(confirmation_policy: dict) -> tuple[ApprovalPolicy | None, str | None]:
+    """The ToolSpec's approval policy (``confirmation_policy["approval"]``), or why it is unusable."""
+    try:
+        return ApprovalPolicy.from_dict(confirmation_policy.get("approval")), None
+    except PolicyError as exc:
+        return None, f"the tool's approval policy is unusable: {exc}"
+
+
+def _human_step(*, decision: Decision, spec: ToolSpec, spec_approval, run_id, amounts: dict, now: datetime, record: dict):
+    """A call that needs a person: its quorum and escalation, or a standing approval that stands in.
+
+    Updates ``record`` (the authorization record) with what was decided; returns the pending
+    confirmation's fields and the standing approval taken (if any).
+    """
+    approvals = max(decision.approvals_needed, 1)
+    escalation = decision.escalation or earliest_escalation([spec_approval])
+    standing = standing_approval_take(
+        run_id=run_id, tool_spec_id=spec.pk, approvals_needed=approvals, now=now,
+        amount=max((a for a in amounts.values() if a is not None), default=None),
+    ) if run_id is not None else None
+    if standing is not None:
+        record["decision"] = "allow"
+        record["standing_approval"] = standing.record()
+        record["reasons"].append({"code": "standing_approval", "capability": "", "message": standing.message()})
+        return {}, standing
+    record["approvals_needed"] = approvals
+    fields = {"approvals_needed": approvals}
+    if escalation is not None:
+        record["escalation"] = escalation.to_dict()
+        fields.update(escalate_at=now + timedelta(seconds=escalation.after_seconds), escalation_group=escalation.group)
+    return fields, None
 
 
 def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
@@ -131,7 +188,10 @@ def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
         state = State.VALIDATED
         for step in outcome.steps():
             if step.kind == "confirmation_requested":
-                confirmation_open(invocation=invocation, expires_at=outcome.confirmation_expires_at)
+                confirmation_open(invocation=invocation, expires_at=outcome.confirmation_expires_at, **outcome.confirmation_fields)
+                continue
+            if step.kind == "standing_approval_applied":
+                event_append(invocation=invocation, kind=step.kind, data=step.data)
                 continue
             fields = {"authorization": outcome.record, **outcome.error_fields(), **deadline} if state == State.VALIDATED else {}
             ending = step.to_state == State.AUTHORIZATION_REJECTED
@@ -147,15 +207,21 @@ def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
 def authorization_preview(*, spec: ToolSpec, tenant, subject, normalized_arguments, now: datetime) -> Decision:
     """The pure decision for arguments not yet recorded (an approver's edit): grants and limits
     as now, counting limits not reserved — ``invocation_authorize`` decides again for real."""
-    inputs = _decision_inputs(spec=spec, tenant=tenant, subject=subject, arguments=normalized_arguments, now=now)
+    spec_approval, policy_error = _spec_approval(spec.confirmation_policy or {})
+    if policy_error is not None:
+        return Decision(Effect.DENY, (Reason("misconfigured_tool", None, "", policy_error),), ())
+    inputs = _decision_inputs(spec=spec, tenant=tenant, subject=subject, arguments=normalized_arguments, now=now,
+                              spec_approval=spec_approval)
     if isinstance(inputs, Decision):
         return inputs
     requirements, grants, ctx = inputs
     return authorize(requirements=requirements, grants=grants, ctx=ctx)
 
 
-def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now):
-    """``(requirements, grant snapshots, context)``, or a DENY decision for a misconfigured tool."""
+def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now, spec_approval=None):
+    """``(requirements, grant snapshots, context)``, or a DENY decision for a misconfigured tool.
+
+    ``spec_approval``: the ToolSpec's approval policy, applied to grants that carry none."""
     declared = list(spec.required_capabilities or [])
     names = [entry["capability"] for entry in declared]
     ctx = AuthContext(tenant=tenant.slug, subject_id=str(subject.pk), tool_ref=spec.ref, now=now)
@@ -163,16 +229,20 @@ def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now):
         requirements = requirements_for(declared=declared, operation_classes=capability_classes(names), arguments=arguments)
     except RequirementError as exc:
         return Decision(Effect.DENY, (Reason("misconfigured_tool", None, ",".join(names), str(exc)),), ())
-    return requirements, grant_snapshots(tenant=tenant, subject=subject, capabilities=names), ctx
+    grants = grant_snapshots(tenant=tenant, subject=subject, capabilities=names)
+    if spec_approval is not None:
+        grants = [g if g.policy is not None else replace(g, policy=spec_approval) for g in grants]
+    return requirements, grants, ctx
 
 
-def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter):
+def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter, spec_approval=None):
     """The decision and the amount per capability (reservations are taken for allowed calls)."""
-    inputs = _decision_inputs(spec=spec, tenant=tenant, subject=subject, arguments=arguments, now=now)
+    inputs = _decision_inputs(spec=spec, tenant=tenant, subject=subject, arguments=arguments, now=now,
+                              spec_approval=spec_approval)
     if isinstance(inputs, Decision):
         return inputs, {}
     requirements, grants, ctx = inputs
-    amounts = {r.capability: r.amount or 0 for r in requirements}
+    amounts = {r.capability: r.amount for r in requirements}
     # Reserve counting limits for the grants the pure decision picked, all or nothing: if one
     # loses (a concurrent caller took the last unit), the others are released and the decision
     # re-run with that grant's failed limit marked, so a spare grant may serve instead.
@@ -194,7 +264,7 @@ def _reserve_all(grants, counter, run_id, invocation_id, amounts: dict, now) -> 
     taken, failed = [], {}
     for grant in grants:
         failures = counter.reserve(
-            grant=grant, run_id=run_id, invocation_id=invocation_id, amount=amounts.get(grant.capability, 0), now=now
+            grant=grant, run_id=run_id, invocation_id=invocation_id, amount=amounts.get(grant.capability) or 0, now=now
         )
         if failures:
             failed[grant] = failures
@@ -202,7 +272,7 @@ def _reserve_all(grants, counter, run_id, invocation_id, amounts: dict, now) -> 
             taken.append(grant)
     if failed:
         for grant in taken:
-            counter.release(grant=grant, run_id=run_id, invocation_id=invocation_id, amount=amounts.get(grant.capability, 0))
+            counter.release(grant=grant, run_id=run_id, invocation_id=invocation_id, amount=amounts.get(grant.capability) or 0)
     return failed
 
 

@@ -25,7 +25,7 @@ from toolops.runtime.states import State
 
 from .admission import parser_limits, record_admission
 from .authorization import authorization_preview, invocation_authorize
-from .confirmations import StaleDigest, confirmation_approve, decision_claim, refuse_if_overdue
+from .confirmations import StaleDigest, confirmation_approve, decision_claim, refuse_if_acting_for, refuse_if_overdue
 from .models import Confirmation, Invocation
 from .transitions import invocation_transition
 
@@ -73,6 +73,7 @@ def confirmation_approve_with_edits(
         raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
     if not reason.strip():
         raise ApplicationError("a reason is required to change arguments", code="reason_required")
+    refuse_if_acting_for(confirmation.run, user)  # an edit is an approval: never by the person the run acts for
     refuse_if_overdue(confirmation, timezone.now())
     plan = confirmation_preview_edit(confirmation=confirmation, edited_arguments=edited_arguments)
     if plan.error:

@@ -4,6 +4,12 @@ A decision is single-use and race-safe: it is a conditional ``UPDATE … WHERE s
 AND expires_at > now``; of two approvers clicking at once exactly one changes a row, and only
 that one moves the invocation. The approver's request carries the digest they saw; a
 different digest is refused before anything changes.
+
+Quorum (issue 14): a confirmation may need ``approvals_needed`` distinct people. Each approval is
+a ``ConfirmationApproval`` row written under a row lock on the confirmation, so approvals of one
+confirmation are serialized: the N-th distinct approver decides it (once), an approver who
+already approved changes nothing (``duplicate_approver``), and the person the run acts for
+(``Run.on_behalf_of``) is refused outright (``separation_of_duties``).
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from toolops.runtime.states import State
 
 from .budgets import invocation_deadline
 from .dispatch import enqueue_when_committed
-from .models import Confirmation, Invocation
+from .models import Confirmation, ConfirmationApproval, Invocation, Run
 from .tool_messages import ending_message_rows
 from .transitions import TransitionConflict, event_append, invocation_transition
 
@@ -31,31 +37,67 @@ class AlreadyDecided(Conflict):
     code = "already_decided"
 
 
-def confirmation_row_create(*, invocation: Invocation, expires_at, confirmation_id=None) -> Confirmation:
+class DuplicateApprover(Conflict):
+    code = "duplicate_approver"
+
+
+class SeparationOfDuties(ApplicationError):
+    """The person a run acts for may not approve its calls."""
+
+    code = "separation_of_duties"
+    status = 403
+
+
+def acts_for(run: Run, user) -> bool:
+    """Is ``user`` the person ``run`` acts for (``on_behalf_of`` = their username or email, any case)?"""
+    person = (run.on_behalf_of or "").strip().casefold()
+    if not person:
+        return False
+    return person in {user.get_username().casefold(), (getattr(user, "email", "") or "").strip().casefold()} - {""}
+
+
+def refuse_if_acting_for(run: Run, user) -> None:
+    if acts_for(run, user):
+        raise SeparationOfDuties(
+            f"{user.get_username()} is the person this run acts for ({run.on_behalf_of}): they cannot approve its calls",
+            extra={"on_behalf_of": run.on_behalf_of},
+        )
+
+
+def confirmation_row_create(*, invocation: Invocation, expires_at, confirmation_id=None, **policy) -> Confirmation:
     """Save the pending confirmation of an invocation (caller's transaction)."""
-    confirmation = confirmation_row(invocation=invocation, expires_at=expires_at, confirmation_id=confirmation_id)
+    confirmation = confirmation_row(invocation=invocation, expires_at=expires_at, confirmation_id=confirmation_id, **policy)
     confirmation.save(force_insert=True)
     return confirmation
 
 
-def confirmation_row(*, invocation: Invocation, expires_at, confirmation_id=None) -> Confirmation:
-    """The (unsaved) pending confirmation of an invocation, bound to its digest."""
+def confirmation_row(*, invocation: Invocation, expires_at, confirmation_id=None, approvals_needed: int = 1,
+                     escalate_at: datetime | None = None, escalation_group: str = "") -> Confirmation:
+    """The (unsaved) pending confirmation of an invocation, bound to its digest, with its quorum and escalation."""
     return Confirmation(
         id=confirmation_id or uuid.uuid4(), invocation=invocation, tool_spec_id=invocation.tool_spec_id, tenant_id=invocation.tenant_id,
         subject_id=invocation.subject_id, run_id=invocation.run_id, digest=invocation.digest,
         arguments=invocation.normalized_arguments,
-        expires_at=expires_at,
+        expires_at=expires_at, approvals_needed=approvals_needed, escalate_at=escalate_at, escalation_group=escalation_group,
     )
 
 
-def confirmation_open(*, invocation: Invocation, expires_at: datetime) -> Confirmation:
+def confirmation_open(*, invocation: Invocation, expires_at: datetime, **policy) -> Confirmation:
     """Open the pending confirmation of an AUTHORIZED invocation (inside the caller's transaction)."""
-    confirmation = confirmation_row_create(invocation=invocation, expires_at=expires_at)
+    confirmation = confirmation_row_create(invocation=invocation, expires_at=expires_at, **policy)
     event_append(
         invocation=invocation, kind="confirmation_requested",
-        data={"confirmation_id": str(confirmation.pk), "digest": invocation.digest, "expires_at": expires_at.isoformat()},
+        data={"confirmation_id": str(confirmation.pk), "digest": invocation.digest, "expires_at": expires_at.isoformat(),
+              **_policy_record(confirmation)},
     )
     return confirmation
+
+
+def _policy_record(confirmation: Confirmation) -> dict:
+    out = {"approvals_needed": confirmation.approvals_needed} if confirmation.approvals_needed != 1 else {}
+    if confirmation.escalate_at:
+        out.update(escalate_at=confirmation.escalate_at.isoformat(), escalation_group=confirmation.escalation_group)
+    return out
 
 
 def refuse_if_overdue(confirmation: Confirmation, now: datetime) -> None:
@@ -78,13 +120,29 @@ def decision_claim(confirmation: Confirmation, *, state: str, user, reason: str,
 
 
 def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, reason: str = "") -> Invocation:
-    """Approve the digest the approver saw; the invocation moves to PREPARED (writes)."""
+    """Record ``user``'s approval of the digest they saw; the N-th distinct one approves the call.
+
+    Below the quorum the approval is recorded (``confirmation_partially_approved``) and the call
+    keeps waiting; at the quorum the confirmation is decided once and the invocation moves to
+    PREPARED (writes). Refused without any change: another digest (``stale_digest``), the
+    person the run acts for (``separation_of_duties``), a second approval by the same person
+    (``duplicate_approver``), a decided or overdue confirmation (``already_decided``).
+    """
     if digest_seen != confirmation.digest:
         raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
+    refuse_if_acting_for(confirmation.run, user)
     invocation = confirmation.invocation
     now = timezone.now()
     refuse_if_overdue(confirmation, now)
     with transaction.atomic():
+        approvals = _approval_record(confirmation, user=user, digest=digest_seen, reason=reason, now=now)
+        actor = f"user:{user.username}"
+        if len(approvals) < confirmation.approvals_needed:
+            event_append(invocation=invocation, kind="confirmation_partially_approved", actor=actor, data={
+                "confirmation_id": str(confirmation.pk), "digest": digest_seen, "reason": reason,
+                "approvals": len(approvals), "approvals_needed": confirmation.approvals_needed,
+            })
+            return invocation
         decision_claim(confirmation, state=Confirmation.Status.APPROVED, user=user, reason=reason, now=now)
         if invocation.digest != digest_seen:  # defence in depth: the invocation itself changed
             raise StaleDigest("invocation digest differs from the approved one")
@@ -92,7 +150,8 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
         deadline = invocation_deadline(spec=invocation.tool_spec, run=invocation.run, released_at=now)
         data = {"confirmation_id": str(confirmation.pk), "digest": digest_seen, "reason": reason,
                 "deadline": deadline.isoformat()}
-        actor = f"user:{user.username}"
+        if confirmation.approvals_needed > 1:
+            data["approved_by"] = approvals
         if invocation.tool_spec.side_effect_class == "read_only":
             Invocation.objects.filter(pk=invocation.pk).update(deadline=deadline)
             invocation.deadline = deadline
@@ -104,6 +163,27 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
             )
         enqueue_when_committed(invocation)
     return invocation
+
+
+def _approval_record(confirmation: Confirmation, *, user, digest: str, reason: str, now: datetime) -> list[str]:
+    """Lock the confirmation, add ``user``'s approval, return every approver so far (oldest first).
+
+    The row lock serializes the approvers of one confirmation, so "is this the N-th?" is
+    answered once per approval and the call is released exactly once.
+    """
+    locked = Confirmation.objects.select_for_update().only("state", "expires_at").get(pk=confirmation.pk)
+    if locked.state != Confirmation.Status.PENDING or locked.expires_at <= now:
+        confirmation.refresh_from_db()
+        raise AlreadyDecided(f"confirmation is already {confirmation.state}", extra={"state": confirmation.state})
+    approvers = list(ConfirmationApproval.objects.filter(confirmation_id=confirmation.pk).order_by("at", "pk")
+                     .values_list("user__username", flat=True))
+    if user.username in approvers:
+        raise DuplicateApprover(
+            f"you already approved this call; it needs {confirmation.approvals_needed - len(approvers)} more approver(s)",
+            extra={"approvals": len(approvers), "approvals_needed": confirmation.approvals_needed},
+        )
+    ConfirmationApproval.objects.create(confirmation_id=confirmation.pk, user=user, digest=digest, reason=reason, at=now)
+    return approvers + [user.username]
 
 
 def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invocation:

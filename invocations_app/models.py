@@ -34,6 +34,9 @@ class Run(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     locale = models.CharField(max_length=35, default="en-US")
     metadata = models.JSONField(default=dict, blank=True)
+    # The person this run acts for (username or email, as given to POST /runs): separation of
+    # duties — they never approve the run's calls nor grant its standing approvals.
+    on_behalf_of = models.CharField(max_length=254, blank=True, default="")
     # The MCP front door's key for a run it opened: "session:<Mcp-Session-Id>" or
     # "day:<YYYY-MM-DD>" (stateless clients); blank for runs opened over the REST API.
     mcp_key = models.CharField(max_length=200, blank=True, default="")
@@ -268,10 +271,17 @@ class Confirmation(models.Model):
     decided_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
     replacement = models.ForeignKey(Invocation, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    # Quorum: this many distinct people approve (ConfirmationApproval rows) before the call runs.
+    approvals_needed = models.PositiveSmallIntegerField(default=1)
+    # Escalation: undecided at escalate_at → escalated_at is set and escalation_group is notified.
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalation_group = models.CharField(max_length=150, blank=True, default="")
+    escalated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at"]
         constraints = [
+            models.CheckConstraint(condition=Q(approvals_needed__gte=1), name="invocations_confirmation_quorum_positive"),
             # One open confirmation per invocation.
             models.UniqueConstraint(
                 fields=["invocation"], condition=Q(state="pending"), name="invocations_confirmation_one_pending"
@@ -288,10 +298,73 @@ class Confirmation(models.Model):
             models.Index(fields=["state", "expires_at"], name="invocations_conf_expiry"),
             # The queue's "recently decided" list.
             models.Index(fields=["-decided_at", "-created_at"], name="invocations_conf_decided"),
+            # The escalation sweep: pending, not yet escalated, due by escalate_at.
+            models.Index(fields=["escalate_at"], name="invocations_conf_escalate",
+                         condition=Q(state="pending", escalated_at__isnull=True, escalate_at__isnull=False)),
         ]
 
     def __str__(self) -> str:
         return f"confirmation {self.digest[:12]} [{self.state}]"
+
+    def approvals_list(self) -> list[dict]:
+        """``[{user, at}]`` of the partial approvals so far, oldest first (API and console)."""
+        return [{"user": a.user.get_username(), "at": a.at.isoformat()}
+                for a in sorted(self.approvals.all(), key=lambda a: a.at)]
+
+
+class ConfirmationApproval(models.Model):
+    """One person's approval of a confirmation's digest; the N-th distinct one decides it."""
+
+    confirmation = models.ForeignKey(Confirmation, on_delete=models.PROTECT, related_name="approvals", db_index=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    digest = models.CharField(max_length=64)
+    reason = models.TextField(blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["confirmation", "at"]
+        constraints = [
+            # One approval per person: approving twice never counts twice (also the lookup index).
+            models.UniqueConstraint(fields=["confirmation", "user"], name="invocations_approval_one_per_user"),
+        ]
+
+
+class StandingApproval(models.Model):
+    """An approver's run-scoped approval of further calls of one tool within limits, for a while.
+
+    Covers a later call of that tool in that run when its amount and the call count stay within
+    the limits and it needs a single approver; named as the reason on every call it covers.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="standing_approvals", db_index=False)
+    tool_spec = models.ForeignKey(ToolSpec, on_delete=models.PROTECT, related_name="+")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    from_confirmation = models.ForeignKey(Confirmation, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    reason = models.TextField()
+    max_amount = models.BigIntegerField(null=True, blank=True, help_text="minor units per call; empty = no cap")
+    max_calls = models.PositiveIntegerField(null=True, blank=True)
+    calls_covered = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    revoke_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=Q(max_amount__isnull=True) | Q(max_amount__gte=0),
+                                   name="invocations_standing_amount_nonneg"),
+        ]
+        indexes = [
+            # Authorization: the live standing approvals of (run, tool).
+            models.Index(fields=["run", "tool_spec"], name="invocations_standing_live", condition=Q(revoked_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"standing approval of {self.tool_spec} in {self.run_id}"
 
 
 class GrantUsage(models.Model):

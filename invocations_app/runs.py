@@ -17,15 +17,18 @@ from .models import Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run
 from .tool_messages import carried_message_rows
 
 
-def run_create(*, subject: Subject, budgets: dict, timezone_name: str, locale: str, metadata: dict, trace: TraceContext | None) -> Run:
-    """Open a Run for ``subject``; its trace continues the caller's or starts a new one."""
+def run_create(*, subject: Subject, budgets: dict, timezone_name: str, locale: str, metadata: dict, trace: TraceContext | None,
+               on_behalf_of: str = "") -> Run:
+    """Open a Run for ``subject``; its trace continues the caller's or starts a new one.
+
+    ``on_behalf_of``: the person (username or email) the run acts for; they never approve its calls."""
     # An IANA name, not merely something zoneinfo can load: "localtime" would make normalization
     # (and so the digest) depend on the host, and "UTC+8" style offsets are no zone at all.
     if not is_iana_zone(timezone_name):
         raise ApplicationError(f"unknown IANA timezone {timezone_name!r}", code="invalid_timezone")
     return Run.objects.create(
         tenant_id=subject.tenant_id, subject=subject, budgets=budgets, timezone=timezone_name, locale=locale,
-        metadata=metadata, trace_id=trace.trace_id if trace else new_trace_id(),
+        metadata=metadata, trace_id=trace.trace_id if trace else new_trace_id(), on_behalf_of=(on_behalf_of or "").strip(),
     )
 
 

@@ -47,7 +47,7 @@ def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
 def _invocation_get(subject: Subject, invocation_id) -> Invocation:
     qs = (
         Invocation.objects.select_related("proposal")
-        .prefetch_related("confirmations__decided_by", "attempts")
+        .prefetch_related("confirmations__decided_by", "confirmations__approvals__user", "attempts")
         .filter(subject=subject)
     )
     return _get(qs, invocation_id, "invocation")

@@ -154,6 +154,9 @@ class RunIn(serializers.Serializer):
     locale = StrictCharField(max_length=35, default="en-US")
     metadata = JSONSafeDictField(required=False, default=dict, help_text=(
         "any JSON object up to 64 KiB: no NUL characters, no lone surrogates, finite numbers"))
+    on_behalf_of = StrictCharField(max_length=254, required=False, allow_blank=True, default="", help_text=(
+        "the person this run acts for (a console username or email): separation of duties — they can never "
+        "approve this run's calls"))
 
     def validate_timezone(self, value):
         # Checked against the zone list, not by loading it: ZoneInfo("America") raises
@@ -291,6 +294,7 @@ def run_to_dict(run: Run) -> dict:
         "timezone": run.timezone,
         "locale": run.locale,
         "metadata": run.metadata,
+        "on_behalf_of": run.on_behalf_of or None,
         "created_at": run.created_at.isoformat(),
         "ended_at": run.ended_at.isoformat() if run.ended_at else None,
         "end_reason": run.end_reason or None,
@@ -381,6 +385,9 @@ def _confirmation(inv: Invocation) -> dict | None:
         "decided_at": latest.decided_at.isoformat() if latest.decided_at else None,
         "reason": latest.reason or None,
         "replacement_invocation_id": str(latest.replacement_id) if latest.replacement_id else None,
+        "approvals_needed": latest.approvals_needed,
+        "approvals": latest.approvals_list(),
+        "escalated_at": latest.escalated_at.isoformat() if latest.escalated_at else None,
     }
 
 
@@ -420,6 +427,7 @@ class RunOut(serializers.Serializer):
     timezone = serializers.CharField()
     locale = serializers.CharField()
     metadata = serializers.DictField()
+    on_behalf_of = serializers.CharField(allow_null=True, help_text="the person this run acts for (never its approver)")
     created_at = serializers.DateTimeField()
     ended_at = serializers.DateTimeField(allow_null=True)
     end_reason = serializers.CharField(allow_null=True)
@@ -454,6 +462,11 @@ class AuthorizationOut(serializers.Serializer):
     decided_at = AnyJSON()
 
 
+class ApprovalOut(serializers.Serializer):
+    user = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
 class ConfirmationOut(serializers.Serializer):
     id = serializers.UUIDField()
     state = serializers.CharField()
@@ -463,6 +476,9 @@ class ConfirmationOut(serializers.Serializer):
     decided_at = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField(allow_null=True)
     replacement_invocation_id = serializers.UUIDField(allow_null=True)
+    approvals_needed = serializers.IntegerField(help_text="distinct approvers the call needs (its policy's quorum)")
+    approvals = ApprovalOut(many=True, help_text="who approved so far, oldest first")
+    escalated_at = serializers.DateTimeField(allow_null=True, help_text="when nobody had decided in the policy's time")
 
 
 class ResultOut(serializers.Serializer):

@@ -22,6 +22,7 @@ from toolops.tracelog import trace_scope
 from .budgets import runs_wall_clock_sweep
 from .confirmations import confirmations_expire_due
 from .dispatch import EXECUTE_TASK, enqueue_execution, ready_invocations_sweep
+from .escalations import confirmations_escalate_due
 from .execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
 
@@ -91,3 +92,9 @@ def confirmations_expire_due_task() -> int:
 def runs_wall_clock_task() -> int:
     """Periodic: a run whose wall clock ran out cancels its calls that have not crossed the boundary."""
     return runs_wall_clock_sweep()
+
+
+@shared_task(name="invocations.confirmations_escalate_due", ignore_result=True)
+def confirmations_escalate_due_task() -> int:
+    """Periodic: escalate pending confirmations nobody decided within their policy's time."""
+    return confirmations_escalate_due()

@@ -265,7 +265,17 @@ class CapabilityAdmin(admin.ModelAdmin):
 
 # --- grants ------------------------------------------------------------------------------
 
-GRANT_VALUE_FIELDS = ["capability", "tenant", "subject", "scope_kind", "scope_values", "limits", "effect", "tool_refs", "expires_at"]
+GRANT_VALUE_FIELDS = ["capability", "tenant", "subject", "scope_kind", "scope_values", "limits", "effect", "tool_refs", "expires_at",
+                      "approval_policy"]
+
+APPROVAL_POLICY_HELP = (
+    'JSON object, {} for none. Amounts in minor units (1000 = 10.00 EUR), tiers in increasing order, up_to inclusive; '
+    'the first tier that fits the amount decides, a last tier without up_to takes the rest, an amount above every tier '
+    'is denied. E.g. {"thresholds": [{"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm"}, '
+    '{"effect": "confirm", "approvals": 2}], "escalate_after_seconds": 600, "escalation_group": "payments-leads"}. '
+    '"approvals": N alone sets the quorum of a confirm grant. The escalation group is a Django group; it is told '
+    'when nobody decided in time (expiry still denies).'
+)
 
 
 class GrantAddForm(forms.ModelForm):
@@ -280,8 +290,10 @@ class GrantAddForm(forms.ModelForm):
             "limits": 'JSON object, e.g. {"calls_per_minute": 5, "max_amount_per_call": 10000}',
             "tool_refs": 'JSON list of "name@version"; [] pins the published versions that need this capability now',
             "reason": "required: why this grant exists (kept in the audit log)",
+            "approval_policy": APPROVAL_POLICY_HELP,
         }
         widgets = {
+            "approval_policy": forms.Textarea(attrs={"rows": 5, "cols": 80, "placeholder": "{}"}),
             "scope_values": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "limits": forms.Textarea(attrs={"rows": 2, "cols": 60}),
             "tool_refs": forms.Textarea(attrs={"rows": 2, "cols": 60}),
@@ -296,6 +308,9 @@ class GrantAddForm(forms.ModelForm):
 
     def clean_tool_refs(self):
         return [] if self.cleaned_data.get("tool_refs") in (None, "") else self.cleaned_data["tool_refs"]
+
+    def clean_approval_policy(self):
+        return {} if self.cleaned_data.get("approval_policy") in (None, "") else self.cleaned_data["approval_policy"]
 
     def clean_reason(self):
         reason = (self.cleaned_data.get("reason") or "").strip()
@@ -444,12 +459,15 @@ class GrantAdmin(admin.ModelAdmin):
             return [
                 (None, {"fields": ["capability", "tenant", "subject", "effect"]}),
                 ("Scope and limits", {"fields": ["scope_kind", "scope_values", "limits", "tool_refs", "expires_at"]}),
+                ("Approval policy", {"fields": ["approval_policy"],
+                                     "description": "Thresholds, quorum and escalation for calls this grant covers."}),
                 ("Audit", {"fields": ["reason"]}),
             ]
         editable = ["expires_at", "change_reason"] if obj.revoked_at is None else ["expires_at"]
         return [
             (None, {"fields": ["capability", "tenant", "subject_display", "effect", "status"]}),
             ("Scope and limits", {"fields": ["scope_kind", "scope_values_display", "limits_display", "tool_refs_display"]}),
+            ("Approval policy", {"fields": ["approval_policy_display"]}),
             ("Expiry", {"fields": editable}),
             ("Audit", {"fields": ["reason", "granted_by", "created_at", "revoked_at", "revoked_by", "revoke_reason"]}),
         ]
@@ -458,7 +476,7 @@ class GrantAdmin(admin.ModelAdmin):
         if obj is None:
             return []
         fixed = ["capability", "tenant", "subject_display", "effect", "status", "scope_kind", "scope_values_display",
-                 "limits_display", "tool_refs_display", "reason", "granted_by", "created_at", "revoked_at", "revoked_by", "revoke_reason"]
+                 "limits_display", "tool_refs_display", "approval_policy_display", "reason", "granted_by", "created_at", "revoked_at", "revoked_by", "revoke_reason"]
         return fixed + (["expires_at"] if obj.revoked_at is not None else [])
 
     def get_inlines(self, request, obj):
@@ -474,6 +492,7 @@ class GrantAdmin(admin.ModelAdmin):
         grant = grant_create(user=request.user, reason=data["reason"], **{f: data[f] for f in GRANT_VALUE_FIELDS})
         # The admin goes on to log and redirect with ``obj``: make it the row the service wrote.
         obj.pk, obj.tool_refs, obj.limits, obj.granted_by = grant.pk, grant.tool_refs, grant.limits, grant.granted_by
+        obj.approval_policy = grant.approval_policy
         obj._state.adding, obj._state.db = False, grant._state.db
 
     # --- display ---------------------------------------------------------------------------
@@ -494,6 +513,10 @@ class GrantAdmin(admin.ModelAdmin):
     @admin.display(description="limits")
     def limits_display(self, obj):
         return format_html("<code>{}</code>", json.dumps(obj.limits, ensure_ascii=False, sort_keys=True))
+
+    @admin.display(description="approval policy")
+    def approval_policy_display(self, obj):
+        return pretty_json(obj.approval_policy) if obj.approval_policy else "none: the grant's effect applies as is"
 
     @admin.display(description="pinned tool versions")
     def tool_refs_display(self, obj):

@@ -228,6 +228,10 @@ class Grant(models.Model):
     scope_values = models.JSONField(default=list, blank=True, help_text='e.g. ["primary"] or ["/data/reports"]')
     limits = models.JSONField(default=dict, blank=True, help_text='e.g. {"max_amount_per_call": 10000, "calls_per_minute": 5}')
     effect = models.CharField(max_length=10, choices=Effect.choices, default=Effect.ALLOW)
+    # Thresholds, quorum and escalation (toolops/runtime/approval_policy.py); {} = the grant's effect as is.
+    approval_policy = models.JSONField(default=dict, blank=True, help_text=(
+        'e.g. {"thresholds": [{"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm"}, '
+        '{"effect": "confirm", "approvals": 2}], "escalate_after_seconds": 600, "escalation_group": "payments-leads"}'))
     tool_refs = models.JSONField(default=list, blank=True, help_text='pinned "name@version" list; empty = the versions current when granted')
     expires_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(help_text="why this grant exists")

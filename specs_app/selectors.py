@@ -9,6 +9,7 @@ from guardian.shortcuts import get_objects_for_user
 
 from toolops.db_batch import select_rows
 from toolops.runtime.admission import ToolView
+from toolops.runtime.approval_policy import ApprovalPolicy
 from toolops.runtime.authorization import GrantSnapshot, Limits
 from toolops.runtime.rendering import RenderableTool
 
@@ -125,17 +126,19 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
         params=[("tenant", tenant.pk), *(("capability", cid) for cid in by_id), ("subject", subject.pk)],
     )
     snapshots = []
-    for grant_id, capability_id, subject_id, scope_kind, scope_values, effect, tool_refs, limits, expires_at in rows:
+    for grant_id, capability_id, subject_id, scope_kind, scope_values, effect, tool_refs, limits, expires_at, policy in rows:
         name, operation_class = by_id[capability_id]
         snapshots.append(GrantSnapshot(
             grant_id=str(grant_id), capability=name, operation_class=operation_class, tenant=tenant.slug,
             subject_id=str(subject_id) if subject_id else None, scope_kind=scope_kind, scope_values=tuple(scope_values or ()),
             effect=effect, tool_refs=tuple(tool_refs or ()), limits=Limits.from_dict(limits), expires_at=expires_at, revoked_at=None,
+            policy=ApprovalPolicy.from_dict(policy),
         ))
     return snapshots
 
 
-_GRANT_COLUMNS = ("id", "capability", "subject", "scope_kind", "scope_values", "effect", "tool_refs", "limits", "expires_at")
+_GRANT_COLUMNS = ("id", "capability", "subject", "scope_kind", "scope_values", "effect", "tool_refs", "limits", "expires_at",
+                  "approval_policy")
 
 
 def _capabilities(names: list[str]) -> dict[str, tuple[int, str]]:

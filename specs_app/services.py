@@ -5,12 +5,14 @@ import hashlib
 import re
 import secrets
 
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.db.models import Max, QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
+from toolops.runtime.approval_policy import ApprovalPolicy, PolicyError
 from toolops.runtime.deadlines import TimeoutPolicy
 from toolops.runtime.retry import RetryPolicy
 from toolops.runtime.authorization import GRANT_EFFECTS, SCOPE_KINDS, Limits, url_parts
@@ -63,6 +65,10 @@ def toolspec_check(*, spec: ToolSpec) -> str:
         except (TypeError, ValueError) as exc:
             raise ValidationError(f"{field}: {exc}") from exc
     _check_cost(spec.executor if isinstance(spec.executor, dict) else {})
+    try:
+        ApprovalPolicy.from_dict((spec.confirmation_policy or {}).get("approval") if isinstance(spec.confirmation_policy, dict) else None)
+    except PolicyError as exc:
+        raise ValidationError(f"confirmation_policy.approval: {exc}") from exc
     follow = (spec.executor or {}).get("follow_redirects", 0) if isinstance(spec.executor, dict) else 0
     if isinstance(follow, bool) or not isinstance(follow, int) or not 0 <= follow <= MAX_REDIRECTS:
         raise ValidationError(f"executor.follow_redirects must be an integer from 0 to {MAX_REDIRECTS}")
@@ -187,9 +193,24 @@ def grant_current_tool_refs(*, capability: Capability, tenant: Tenant) -> list[s
     )
 
 
-def grant_validate(*, capability, tenant, subject, scope_kind, scope_values, limits, effect, tool_refs, expires_at) -> None:
+def approval_policy_errors(policy) -> str | None:
+    """Why ``policy`` is not a usable approval policy (schema: toolops/runtime/approval_policy.py), or None."""
+    try:
+        parsed = ApprovalPolicy.from_dict(policy)
+    except PolicyError as exc:
+        return f"invalid approval policy: {exc}"
+    if parsed is not None and parsed.escalation_group and not Group.objects.filter(name=parsed.escalation_group).exists():
+        return f"escalation_group {parsed.escalation_group!r} is not a group: create it under Authentication › Groups first"
+    return None
+
+
+def grant_validate(*, capability, tenant, subject, scope_kind, scope_values, limits, effect, tool_refs, expires_at,
+                   approval_policy=None) -> None:
     """Raise ``ValidationError`` keyed by field for grant values the runtime could not use."""
     errors = {}
+    policy_error = approval_policy_errors(approval_policy or {})
+    if policy_error:
+        errors["approval_policy"] = policy_error
     if expires_at is not None and expires_at <= timezone.now():
         errors["expires_at"] = "the expiry is in the past"
     if subject is not None and subject.tenant_id != tenant.pk:
@@ -242,7 +263,7 @@ def _foreign_tool_refs(tool_refs: list[str], tenant: Tenant) -> list[str]:
 
 def grant_create(
     *, user, capability: Capability, tenant: Tenant, subject: Subject | None, scope_kind: str, scope_values: list,
-    limits: dict, effect: str, tool_refs: list, expires_at, reason: str,
+    limits: dict, effect: str, tool_refs: list, expires_at, reason: str, approval_policy: dict | None = None,
 ) -> Grant:
     """Give ``capability`` to ``subject`` (``None``: every subject of ``tenant``); audited as "granted".
 
@@ -254,14 +275,15 @@ def grant_create(
     reason = _require_reason(reason)
     grant_validate(
         capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values,
-        limits=limits, effect=effect, tool_refs=tool_refs, expires_at=expires_at,
+        limits=limits, effect=effect, tool_refs=tool_refs, expires_at=expires_at, approval_policy=approval_policy,
     )
     pinned = list(tool_refs) or grant_current_tool_refs(capability=capability, tenant=tenant)
+    policy = ApprovalPolicy.from_dict(approval_policy or {})
     with transaction.atomic():
         grant = Grant.objects.create(
             capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values,
             limits=Limits.from_dict(limits).to_dict(), effect=effect, tool_refs=pinned, expires_at=expires_at,
-            reason=reason, granted_by=user,
+            reason=reason, granted_by=user, approval_policy=policy.to_dict() if policy else {},
         )
         GrantChange.objects.create(grant=grant, action="granted", actor=user, reason=reason, data=_grant_record(grant))
     return grant
@@ -310,5 +332,5 @@ def _grant_record(grant: Grant) -> dict:
         "capability": grant.capability.name, "tenant": grant.tenant.slug,
         "subject_id": str(grant.subject_id) if grant.subject_id else None, "scope_kind": grant.scope_kind,
         "scope_values": grant.scope_values, "limits": grant.limits, "effect": grant.effect,
-        "tool_refs": grant.tool_refs, "expires_at": _iso(grant.expires_at),
+        "tool_refs": grant.tool_refs, "expires_at": _iso(grant.expires_at), "approval_policy": grant.approval_policy,
     }

@@ -6,7 +6,8 @@
   set, optionally copied under another name or changed), ``make_calendar_spec`` (a small calendar
   tool with two properties);
 - calls: ``admit_proposal`` (one proposal through the admission service), ``Agent`` (an API
-  client for one subject);
+  client for one subject), ``OneRun`` (several proposals in one run, e.g. for standing approvals);
+- approval policies: ``PAYMENTS_POLICY``, ``make_payments_spec``, ``make_finance_subject``, ``payment_args``;
 - worlds: ``PlantedWorld`` (rows planted directly, with chosen timestamps), ``ServiceWorld``
   (histories made through the services with in-process executors), ``RunWorld`` (one run and
   model call whose VALIDATED invocations are inserted directly).
@@ -177,6 +178,49 @@ def make_grant(
         tenant=tenant or subject.tenant, subject=subject, scope_kind=scope_kind, scope_values=scope_values or [],
         effect=effect, limits=limits or {}, tool_refs=tool_refs or [], reason="test grant", **extra,
     )
+
+
+# "payments ≤ 10 EUR auto, ≤ 500 EUR one approver, above that two" (minor units), escalated after 10 min.
+PAYMENTS_POLICY = {
+    "thresholds": [{"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm"},
+                   {"effect": "confirm", "approvals": 2}],
+}
+
+
+def make_payments_spec(**overrides) -> ToolSpec:
+    """The demo ``payments.transfer@1`` without its "always confirm" floor, so a policy alone decides."""
+    return make_demo_spec(name="payments.transfer", **{"confirmation_policy": {"expires_seconds": 900}, **overrides})
+
+
+def make_finance_subject(*, policy: dict | None = None) -> Subject:
+    """``acme/finance-bot`` holding payments.transfer under ``policy`` (``PAYMENTS_POLICY`` by default)."""
+    subject = make_subject(tenant=make_tenant(slug="acme"), name="finance-bot")
+    make_grant(subject=subject, capability="payments.transfer", operation_class="create",
+               approval_policy=PAYMENTS_POLICY if policy is None else policy)
+    return subject
+
+
+def payment_args(minor: int, *, to_account: str = "acme-supplier-42", currency: str = "EUR") -> dict:
+    """Transfer arguments whose normalized amount is ``minor`` minor units (two decimals)."""
+    return {"to_account": to_account, "amount": {"amount": f"{minor // 100}.{minor % 100:02d}", "currency": currency}}
+
+
+class OneRun:
+    """One run (optionally ``on_behalf_of`` a person) and one model call showing ``spec``; ``propose`` admits a call."""
+
+    def __init__(self, *, subject: Subject, spec: ToolSpec, on_behalf_of: str = ""):
+        self.subject, self.spec, self._n = subject, spec, 0
+        self.run = runs.run_create(subject=subject, budgets={}, timezone_name="Europe/Paris", locale="en-US", metadata={},
+                                   trace=None, on_behalf_of=on_behalf_of)
+        self.call = runs.model_call_create(run=self.run, tool_refs=[spec.ref], fmt="openai", context=[])
+
+    def propose(self, arguments: dict) -> Invocation:
+        self._n += 1
+        invocation, _ = admission.proposal_admit(
+            model_call=self.call, subject=self.subject, proposal_id=f"call_{self._n}", name=self.spec.ref,
+            arguments_bytes=json.dumps(arguments).encode(),
+        )
+        return invocation
 
 
 class Agent:

@@ -368,6 +368,8 @@ CELERY_BEAT_SCHEDULE = {
     # The only place confirmations expire (reads never write); a decision on an overdue one is
     # refused either way (confirmations.refuse_if_overdue), and the queue no longer offers it.
     "expire-confirmations": {"task": "invocations.confirmations_expire_due", "schedule": 10.0},
+    # Approval policies' escalation: undecided past escalate_after_seconds → the group is told.
+    "escalate-confirmations": {"task": "invocations.confirmations_escalate_due", "schedule": 15.0},
     # Retries live in the database (next_attempt_at); this re-enqueues the due ones, recovers
     # attempts whose lease lapsed and sweeps ready calls whose message never arrived.
     "enqueue-due-executions": {"task": "invocations.enqueue_due", "schedule": 2.0},
@@ -389,6 +391,10 @@ if CELERY_BROKER_URL.startswith("redis"):
 # connection as Django does per request, when broken or older than CONN_MAX_AGE (BASELINES.md:
 # a fresh PostgreSQL connection per task is the difference between ~715 and ~220 tasks/s).
 CELERY_DB_REUSE_MAX = 2**62
+
+# Escalations (invocations_app/escalations.py) also mail the group's members; needs Django's
+# EMAIL_* settings (SMTP) to be configured for this deployment.
+TOOLOPS_NOTIFY_BY_EMAIL = env_bool("TOOLOPS_NOTIFY_BY_EMAIL", False)
 
 TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
 # Egress (SPEC §5): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach

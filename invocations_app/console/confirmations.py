@@ -22,12 +22,13 @@ from django.views.decorators.http import require_GET, require_POST
 from toolops.errors import ApplicationError
 
 from ..approval_display import approval_display
-from ..confirmations import AlreadyDecided, StaleDigest, confirmation_approve, confirmation_deny
-from ..models import Confirmation
+from ..confirmations import AlreadyDecided, StaleDigest, acts_for, confirmation_approve, confirmation_deny
+from ..models import Confirmation, Invocation
+from ..standing_approvals import MAX_STANDING_MINUTES, standing_approval_grant, standing_approval_revoke
 from .formatting import pretty, time_left
 from .selectors import (
     confirmation_detail_events, confirmation_get_for_user, confirmation_pending_count, confirmation_queue_list,
-    console_filter_choices,
+    console_filter_choices, standing_approval_get_for_user, standing_approvals_for,
 )
 
 
@@ -84,6 +85,13 @@ def detail_view(request: HttpRequest, pk) -> HttpResponse:
         "context_json": pretty(confirmation.invocation.normalization_context),
         "events": events,
         "can_view_invocation": request.user.has_perm("invocations_app.view_invocation"),
+        # Approval policies: who approved so far, whether this user is the person the run acts for,
+        # and the run's standing approvals for this tool.
+        "approvals": confirmation.approvals_list(),
+        "you_approved": confirmation.approvals.filter(user=request.user).exists(),
+        "acting_for": acts_for(confirmation.run, request.user),
+        "standing": standing_approvals_for(confirmation=confirmation, now=timezone.now()),
+        "max_standing_minutes": MAX_STANDING_MINUTES,
     }
     return TemplateResponse(request, "admin/confirmations/detail.html", context)
 
@@ -111,10 +119,57 @@ def approve_view(request: HttpRequest, pk) -> HttpResponse:
         return redirect("confirmations:detail", pk=confirmation.pk)
     except ApplicationError as exc:
         return _refused(request, confirmation, "approved", exc)
-    messages.success(
-        request, f"Approved {confirmation.tool_spec.ref} ({confirmation.digest[:12]}): invocation {invocation.pk} is {invocation.state}."
-    )
+    messages.success(request, _approved_text(confirmation, invocation))
     return redirect(_next_url(request))
+
+
+def _approved_text(confirmation: Confirmation, invocation: Invocation) -> str:
+    confirmation.refresh_from_db(fields=["state"])
+    if confirmation.state == Confirmation.Status.PENDING:  # a partial approval of a quorum
+        have, need = confirmation.approvals.count(), confirmation.approvals_needed
+        return (f"Your approval of {confirmation.tool_spec.ref} ({confirmation.digest[:12]}) is recorded: {have} of {need}; "
+                f"the call runs when {need - have} more person(s) approve.")
+    return f"Approved {confirmation.tool_spec.ref} ({confirmation.digest[:12]}): invocation {invocation.pk} is {invocation.state}."
+
+
+@require_POST
+def standing_grant_view(request: HttpRequest, pk) -> HttpResponse:
+    """Approve this call and later calls of its tool in its run within limits, for N minutes."""
+    confirmation = confirmation_get_for_user(user=request.user, pk=pk)
+    if request.POST.get("digest_seen", "") != confirmation.digest:
+        messages.error(request, "Nothing approved: the arguments changed since you looked. Review them before deciding.")
+        return redirect("confirmations:detail", pk=confirmation.pk)
+    try:
+        standing = standing_approval_grant(
+            confirmation=confirmation, user=request.user, minutes=_int(request.POST.get("minutes")) or 0,
+            max_amount=_int(request.POST.get("max_amount")), max_calls=_int(request.POST.get("max_calls")),
+            reason=request.POST.get("reason", "").strip(),
+        )
+    except ApplicationError as exc:
+        return _refused(request, confirmation, "approved", exc)
+    messages.success(request, f"Approved this call; further calls of {confirmation.tool_spec.ref} in this run within your "
+                              f"limits are approved until {standing.expires_at:%H:%M} UTC (standing approval {str(standing.pk)[:8]}).")
+    return redirect("confirmations:detail", pk=confirmation.pk)
+
+
+@require_POST
+def standing_revoke_view(request: HttpRequest, pk) -> HttpResponse:
+    standing = standing_approval_get_for_user(user=request.user, pk=pk)  # 403 before anything changes
+    try:
+        standing_approval_revoke(standing=standing, user=request.user, reason=request.POST.get("reason", ""))
+    except ApplicationError as exc:
+        messages.warning(request, f"Not revoked: {exc.message}")
+    else:
+        messages.success(request, f"Revoked standing approval {str(standing.pk)[:8]}: it covers no further call.")
+    return redirect(_next_url(request))
+
+
+def _int(raw: str | None) -> int | None:
+    """A whole number from a form field; blank means "no limit" (None); anything else is refused later."""
+    raw = (raw or "").strip()
+    if not raw:
+        return None
+    return int(raw) if raw.isdigit() else -1  # -1: the service refuses it with a clear message
 
 
 @require_POST
@@ -135,7 +190,7 @@ def _refused(request: HttpRequest, confirmation: Confirmation, verb: str, exc: A
         confirmation.refresh_from_db()
         who = f" by {confirmation.decided_by}" if confirmation.decided_by_id else ""
         messages.warning(request, f"Not {verb}: this confirmation is already {confirmation.state}{who}.")
-    elif exc.code == "reason_required":
+    elif exc.code == "reason_required" and verb == "denied":
         messages.error(request, f"Not {verb}: a reason is required to deny a call.")
     else:  # e.g. the invocation was cancelled meanwhile (transition conflict)
         messages.error(request, f"Not {verb}: {exc.message}")
@@ -155,4 +210,6 @@ urlpatterns = [
     path("<uuid:pk>/", admin.site.admin_view(detail_view), name="detail"),
     path("<uuid:pk>/approve", admin.site.admin_view(approve_view), name="approve"),
     path("<uuid:pk>/deny", admin.site.admin_view(deny_view), name="deny"),
+    path("<uuid:pk>/standing", admin.site.admin_view(standing_grant_view), name="standing_grant"),
+    path("standing/<uuid:pk>/revoke", admin.site.admin_view(standing_revoke_view), name="standing_revoke"),
 ]

@@ -18,7 +18,8 @@ states × hour (window)      ``invocations_inv_state_created`` (state, created_a
                             states) AND created_at >= since`` is an index-only range scan per
                             state — 17 ms for 24 h (36 k rows), 150 ms for 7 d (250 k rows)
 in flight by state/tool     same index, non-terminal states only: ~10 ms, whatever the table size
-pending confirmations       ``invocations_conf_tool`` / ``invocations_conf_queue``: index-only, 1 ms
+pending confirmations       ``invocations_conf_tool`` / ``invocations_conf_queue`` (the pending rows'
+                            expiry and escalation read from the heap), 1 ms
 attempts × tool × class     the expensive one: Attempt has no tool column and no index on
                             ``started_at``, so PostgreSQL scans every attempt and joins the window's
                             ones to their invocations (~350 ms for 24 h, ~1 s for 7 d). An index on
@@ -295,7 +296,7 @@ def in_flight_by_state(*, tenants: frozenset[int] | None = None) -> dict[str, di
 
 
 def pending_confirmations(*, now: datetime, tenants: frozenset[int] | None = None) -> list[dict]:
-    """Pending confirmations per tool version: count, oldest, overdue, and counts per waiting-time bucket."""
+    """Pending confirmations per tool version: count, oldest, overdue, escalated, and counts per waiting-time bucket."""
     ages = {}
     lower = None
     for k, (label, upper) in enumerate(AGE_BUCKETS):
@@ -309,7 +310,8 @@ def pending_confirmations(*, now: datetime, tenants: frozenset[int] | None = Non
     return list(
         _scoped(Confirmation.objects.filter(state=Confirmation.Status.PENDING), tenants)
         .values("tool_spec_id", "tool_spec__name", "tool_spec__version")
-        .annotate(n=Count("*"), oldest=Min("created_at"), overdue=Count("pk", filter=Q(expires_at__lte=now)), **ages)
+        .annotate(n=Count("*"), oldest=Min("created_at"), overdue=Count("pk", filter=Q(expires_at__lte=now)),
+                  escalated=Count("pk", filter=Q(escalated_at__isnull=False)), **ages)
         .order_by("tool_spec__name", "tool_spec__version")
     )
 
@@ -412,7 +414,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
             "oldest_age": age(row["oldest"], now), "url": f"{reverse('confirmations:queue')}?tool={row['tool_spec_id']}",
         })
     pending.oldest_age = age(pending.oldest, now)
-    pending.extra = {"overdue": sum(r["overdue"] for r in per_tool)}
+    pending.extra = {"overdue": sum(r["overdue"] for r in per_tool), "escalated": sum(r["escalated"] for r in per_tool)}
     top = max(age_counts, default=0)
     pending_ages = [(AGE_BUCKETS[k][0], age_counts[k], _pct(age_counts[k], max(top, 1))) for k in range(len(AGE_BUCKETS))]
     for row in pending_by_tool:

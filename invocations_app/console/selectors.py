@@ -27,7 +27,9 @@ from guardian.shortcuts import get_objects_for_user
 from specs_app.models import Grant, Tenant, ToolSpec
 from toolops.runtime.states import State
 
-from ..models import Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallTool, Proposal, ToolMessage
+from ..models import (
+    Attempt, Confirmation, ConfirmationApproval, Event, Invocation, ModelCall, ModelCallTool, Proposal, StandingApproval, ToolMessage,
+)
 from specs_app.selectors import APPROVE_CALLS, RESOLVE_CALLS, VIEW_CALLS, tenants_for_user
 
 from ..resolutions import (
@@ -118,9 +120,19 @@ def confirmation_queue_list(*, user, tool: int | None = None, tenant: str | None
     pending_qs = _decidable(qs)
     # A page of the oldest, plus the total and next expiry from the index, never all of them.
     pending = list(pending_qs.order_by("created_at")[:PENDING_SHOWN])
+    _count_approvals(pending)
     totals = pending_qs.aggregate(n=Count("pk"), next_expiry=Min("expires_at"))
     decided = list(qs.exclude(state=Confirmation.Status.PENDING).order_by("-decided_at", "-created_at")[:DECIDED_SHOWN])
     return ConfirmationQueue(pending=pending, decided=decided, pending_total=totals["n"], next_expiry=totals["next_expiry"])
+
+
+def _count_approvals(confirmations: list[Confirmation]) -> None:
+    """``approvals_count`` on each shown row: one grouped query over the page, not a join over every pending row."""
+    ids = [c.pk for c in confirmations if c.approvals_needed > 1]
+    counts = dict(ConfirmationApproval.objects.filter(confirmation_id__in=ids).values("confirmation_id")
+                  .annotate(n=Count("*")).values_list("confirmation_id", "n")) if ids else {}
+    for c in confirmations:
+        c.approvals_count = counts.get(c.pk, 0)
 
 
 def confirmation_pending_count(*, user, tool: int | None = None, tenant: str | None = None) -> int:
@@ -147,6 +159,23 @@ def confirmation_get_for_user(*, user, pk) -> Confirmation:
             and approvable_toolspecs(user=user).filter(pk=confirmation.tool_spec_id).exists()):
         _refuse(user=user, tenant_id=confirmation.tenant_id, why="you may not decide confirmations of this tool")
     return confirmation
+
+
+def standing_approvals_for(*, confirmation: Confirmation, now: datetime) -> list[StandingApproval]:
+    """The standing approvals of the confirmation's run and tool, live ones first (the detail page)."""
+    rows = list(StandingApproval.objects.filter(run_id=confirmation.run_id, tool_spec_id=confirmation.tool_spec_id)
+                .select_related("granted_by", "revoked_by").order_by("-created_at"))
+    for row in rows:
+        row.live = row.revoked_at is None and row.expires_at > now
+    return sorted(rows, key=lambda r: not r.live)
+
+
+def standing_approval_get_for_user(*, user, pk) -> StandingApproval:
+    """One standing approval ``user`` may revoke (an approver of its tool): 404 / 403 otherwise."""
+    standing = get_object_or_404(StandingApproval.objects.select_related("from_confirmation__invocation", "tool_spec"), pk=pk)
+    if not (user.is_active and user.is_superuser) and not approvable_toolspecs(user=user).filter(pk=standing.tool_spec_id).exists():
+        raise PermissionDenied("you may not revoke standing approvals of this tool")
+    return standing
 
 
 def confirmation_detail_events(*, confirmation: Confirmation) -> list[Event]:
@@ -325,7 +354,9 @@ def invocation_record(*, invocation: Invocation) -> CallRecord:
     ) if grant_ids else []
     grants.sort(key=lambda g: grant_ids.index(str(g.pk)))
     confirmations = list(
-        Confirmation.objects.filter(invocation=inv).select_related("decided_by", "replacement").order_by("created_at")
+        Confirmation.objects.filter(invocation=inv).select_related("decided_by", "replacement")
+        .prefetch_related(Prefetch("approvals", queryset=ConfirmationApproval.objects.select_related("user")))
+        .order_by("created_at")
     )
     attempts = list(Attempt.objects.filter(invocation=inv).order_by("number"))
     events = list(Event.objects.filter(invocation=inv).order_by("seq"))

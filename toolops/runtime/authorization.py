@@ -25,6 +25,10 @@ Rules, in the order they are applied:
 * Per requirement: an allow candidate beats a confirm candidate; no candidate → deny.
 * Across requirements: deny beats confirm beats allow. A CONFIRM decision carries one
   ``confirmation_required`` reason per requirement that only a confirm grant satisfied.
+* A grant's approval policy (``approval_policy.py``) turns its effect into the effect of its
+  amount tier (allow / confirm with a quorum / deny) once scope and limits hold; a ``deny`` tier
+  is a failure of that grant like a limit. A CONFIRM decision carries the largest quorum
+  (``approvals_needed``) and the earliest escalation of the grants it used.
 """
 from __future__ import annotations
 
@@ -37,6 +41,8 @@ from enum import StrEnum
 from fnmatch import fnmatchcase
 from typing import Any, Mapping, Sequence
 from urllib.parse import unquote_to_bytes, urlsplit
+
+from .approval_policy import ApprovalPolicy, Escalation, apply_policy, earliest_escalation
 
 OPERATION_CLASSES = ("read", "create", "modify", "delete")
 SCOPE_KINDS = ("any", "exact", "path_prefix", "domain_suffix", "glob", "url_prefix")
@@ -153,6 +159,8 @@ class GrantSnapshot:
     limits: Limits
     expires_at: datetime | None
     revoked_at: datetime | None
+    # The grant's approval policy, or the ToolSpec's for a grant without one (set by the caller).
+    policy: ApprovalPolicy | None = None
 
     def __post_init__(self) -> None:
         # Fail at snapshot time: a malformed grant must never be half-evaluated.
@@ -166,11 +174,13 @@ class GrantSnapshot:
             raise ValueError("scope_values and tool_refs must be tuples")
         if not isinstance(self.limits, Limits):
             raise ValueError("limits must be a Limits instance")
+        if self.policy is not None and not isinstance(self.policy, ApprovalPolicy):
+            raise ValueError("policy must be an ApprovalPolicy or None")
         _require_aware(self.expires_at, "expires_at")
         _require_aware(self.revoked_at, "revoked_at")
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "grant_id": self.grant_id,
             "capability": self.capability,
             "operation_class": self.operation_class,
@@ -184,6 +194,9 @@ class GrantSnapshot:
             "expires_at": _iso(self.expires_at),
             "revoked_at": _iso(self.revoked_at),
         }
+        if self.policy is not None:  # absent, not empty, without one: older records stay byte-equal
+            out["approval_policy"] = self.policy.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "GrantSnapshot":
@@ -205,6 +218,7 @@ class GrantSnapshot:
             limits=Limits.from_dict(d.get("limits")),
             expires_at=when(d.get("expires_at")),
             revoked_at=when(d.get("revoked_at")),
+            policy=ApprovalPolicy.from_dict(d.get("approval_policy")),
         )
 
 
@@ -287,6 +301,8 @@ class Decision:
     effect: Effect
     reasons: tuple[Reason, ...]
     used_grants: tuple[GrantSnapshot, ...]
+    approvals_needed: int = 0  # distinct approvers a CONFIRM needs (its policies' largest quorum)
+    escalation: Escalation | None = None
 
     def to_dict(self, *, include_grants: bool = True) -> dict:
         """JSON-able record for the invocation; ``include_grants`` adds the full snapshots."""
@@ -295,6 +311,9 @@ class Decision:
             "reasons": [r.to_dict() for r in self.reasons],
             "used_grant_ids": [g.grant_id for g in self.used_grants],
         }
+        if self.effect == Effect.CONFIRM:
+            out["approvals_needed"] = self.approvals_needed
+            out["escalation"] = self.escalation.to_dict() if self.escalation else None
         if include_grants:
             out["used_grants"] = [g.to_dict() for g in self.used_grants]
         return out
@@ -621,12 +640,13 @@ class _Outcome:
     effect: Effect
     reasons: tuple[Reason, ...]
     grant: GrantSnapshot | None
+    approvals: int = 0
 
 
 def _evaluate(req: Requirement, grants: Sequence[GrantSnapshot], ctx: AuthContext) -> _Outcome:
     """Decide one requirement over the (sorted, same-tenant) grants."""
     reasons: list[Reason] = []
-    candidates: list[GrantSnapshot] = []
+    candidates: list[tuple[GrantSnapshot, str, int]] = []  # (grant, effect under its policy, quorum)
     callers_grants = 0
 
     def note(code: str, grant: GrantSnapshot | None, message: str) -> None:
@@ -646,18 +666,24 @@ def _evaluate(req: Requirement, grants: Sequence[GrantSnapshot], ctx: AuthContex
             failures = limit_failures(grant.limits, req, usage, ctx.now)
         for code, message in failures:
             note(code, grant, message)
-        if not failures:
-            note(GRANT_MATCHED, grant, f"{grant.effect} grant covers the call")
-            candidates.append(grant)
+        if failures:
+            continue
+        policy = apply_policy(grant.policy, grant_effect=grant.effect, amount=req.amount)
+        if policy.code:
+            note(policy.code, grant, policy.message)
+        if policy.effect != Effect.DENY:
+            note(GRANT_MATCHED, grant, f"{policy.effect} grant covers the call")
+            candidates.append((grant, policy.effect, policy.approvals))
 
     if not callers_grants:
         note(NO_GRANT, None, f"no grant of {req.capability} for this subject")
     if not candidates:
         return _Outcome(Effect.DENY, tuple(reasons), None)
-    # An allow grant makes a confirm grant moot: the subject may already act unconfirmed.
-    allow = [g for g in candidates if g.effect == Effect.ALLOW]
-    chosen = (allow or candidates)[0]
-    return _Outcome(Effect(chosen.effect), tuple(reasons), chosen)
+    # An allow grant makes a confirm grant moot: the subject may already act unconfirmed. Among
+    # confirm grants, the one asking the fewest approvers serves (as any one grant would suffice).
+    allow = [c for c in candidates if c[1] == Effect.ALLOW]
+    grant, effect, approvals = allow[0] if allow else min(candidates, key=lambda c: c[2])
+    return _Outcome(Effect(effect), tuple(reasons), grant, approvals)
 
 
 def _sort_key(grant: GrantSnapshot) -> tuple[str, str]:
@@ -688,8 +714,12 @@ def authorize(
     if not confirming:
         return Decision(Effect.ALLOW, tuple(reasons), used)
     reasons += [
-        Reason(CONFIRMATION_REQUIRED, o.grant.grant_id, req.capability, "a human must confirm")
+        Reason(CONFIRMATION_REQUIRED, o.grant.grant_id, req.capability,
+               "a human must confirm" if o.approvals <= 1 else f"{o.approvals} different people must confirm")
         for req, o in confirming
         if o.grant is not None
     ]
-    return Decision(Effect.CONFIRM, tuple(reasons), used)
+    return Decision(
+        Effect.CONFIRM, tuple(reasons), used, approvals_needed=max(o.approvals for _, o in confirming),
+        escalation=earliest_escalation(o.grant.policy for _, o in confirming if o.grant is not None),
+    )

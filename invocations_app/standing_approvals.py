@@ -1,0 +1,121 @@
+"""Run-scoped standing approvals (issue 14): "approve calls of this tool in this run within these
+limits for N minutes", granted by an approver from a confirmation, recorded and revocable.
+
+Authorization asks ``standing_approval_take`` whether a live one covers a call that would need a
+person (the coverage rule is pure: ``toolops.runtime.approval_policy.standing_failure``). Taking
+one is a conditional ``UPDATE … SET calls_covered = calls_covered + 1 WHERE`` it is still live and
+has calls left, so two concurrent calls cannot both take the last one. The call then records the
+standing approval as its reason (authorization record and a ``standing_approval_applied`` event);
+granting and revoking are events on the call the approver was looking at.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from toolops.errors import ApplicationError, Conflict
+from toolops.runtime.approval_policy import StandingLimits, standing_failure
+
+from .confirmations import confirmation_approve, refuse_if_acting_for
+from .models import Confirmation, StandingApproval
+from .transitions import event_append
+
+MAX_STANDING_MINUTES = 24 * 60
+
+
+@dataclass(frozen=True)
+class StandingUse:
+    """One call covered by a standing approval (given back with ``release`` if the call is not recorded)."""
+
+    standing: StandingApproval
+
+    def record(self) -> dict:
+        s = self.standing
+        return {
+            "id": str(s.pk), "granted_by": s.granted_by.get_username(), "expires_at": s.expires_at.isoformat(),
+            "max_amount": s.max_amount, "max_calls": s.max_calls, "reason": s.reason,
+            "from_confirmation_id": str(s.from_confirmation_id) if s.from_confirmation_id else None,
+        }
+
+    def message(self) -> str:
+        s = self.standing
+        return (f"approved in advance by {s.granted_by.get_username()}: standing approval {str(s.pk)[:8]} "
+                f"for this tool in this run until {s.expires_at:%Y-%m-%d %H:%M} UTC")
+
+    def release(self) -> None:
+        StandingApproval.objects.filter(pk=self.standing.pk, calls_covered__gt=0).update(calls_covered=F("calls_covered") - 1)
+
+
+def standing_approval_take(*, run_id, tool_spec_id, amount: int | None, approvals_needed: int, now: datetime) -> StandingUse | None:
+    """Count this call against the oldest live standing approval that covers it; None if none does."""
+    live = (StandingApproval.objects.filter(run_id=run_id, tool_spec_id=tool_spec_id, revoked_at__isnull=True, expires_at__gt=now)
+            .select_related("granted_by").order_by("created_at"))  # index invocations_standing_live
+    for standing in live:
+        failure = standing_failure(
+            StandingLimits(max_amount=standing.max_amount, max_calls=standing.max_calls), amount=amount,
+            calls_covered=standing.calls_covered, approvals_needed=approvals_needed, expired=False, revoked=False,
+        )
+        if failure is not None:
+            continue
+        room = Q(max_calls__isnull=True) | Q(calls_covered__lt=F("max_calls"))
+        taken = StandingApproval.objects.filter(room, pk=standing.pk, revoked_at__isnull=True, expires_at__gt=now).update(
+            calls_covered=F("calls_covered") + 1)
+        if taken == 1:
+            return StandingUse(standing)
+    return None
+
+
+def standing_approval_grant(
+    *, confirmation: Confirmation, user, minutes: int, max_amount: int | None, max_calls: int | None, reason: str,
+) -> StandingApproval:
+    """Approve ``confirmation`` and let later calls of its tool in its run through within the limits.
+
+    The approval of the call at hand goes through ``confirmation_approve`` (digest, quorum,
+    separation of duties); the standing approval is refused to the person the run acts for.
+    """
+    if not reason.strip():
+        raise ApplicationError("a reason is required for a standing approval", code="reason_required")
+    if not 1 <= minutes <= MAX_STANDING_MINUTES:
+        raise ApplicationError(f"minutes must be between 1 and {MAX_STANDING_MINUTES}", code="invalid_standing_approval")
+    if (max_amount is not None and max_amount < 0) or (max_calls is not None and max_calls < 1):
+        raise ApplicationError("limits must be a non-negative amount and at least one call", code="invalid_standing_approval")
+    if confirmation.approvals_needed > 1:
+        raise ApplicationError(f"this call needs {confirmation.approvals_needed} approvers; a standing approval is one "
+                               "person's and covers only single-approver calls", code="invalid_standing_approval")
+    refuse_if_acting_for(confirmation.run, user)
+    now = timezone.now()
+    with transaction.atomic():
+        confirmation_approve(confirmation=confirmation, user=user, digest_seen=confirmation.digest, reason=reason)
+        standing = StandingApproval.objects.create(
+            run_id=confirmation.run_id, tool_spec_id=confirmation.tool_spec_id, tenant_id=confirmation.tenant_id,
+            granted_by=user, from_confirmation=confirmation, reason=reason.strip(), max_amount=max_amount,
+            max_calls=max_calls, created_at=now, expires_at=now + timedelta(minutes=minutes),
+        )
+        event_append(invocation=confirmation.invocation, kind="standing_approval_granted", actor=f"user:{user.username}", data={
+            "standing_approval_id": str(standing.pk), "tool": confirmation.tool_spec.ref, "run_id": str(confirmation.run_id),
+            "expires_at": standing.expires_at.isoformat(), "max_amount": max_amount, "max_calls": max_calls,
+            "reason": standing.reason,
+        })
+    return standing
+
+
+def standing_approval_revoke(*, standing: StandingApproval, user, reason: str = "") -> StandingApproval:
+    """Stop a standing approval covering further calls (calls it already covered stand)."""
+    now = timezone.now()
+    with transaction.atomic():
+        changed = StandingApproval.objects.filter(pk=standing.pk, revoked_at__isnull=True).update(
+            revoked_at=now, revoked_by=user, revoke_reason=reason.strip())
+        if changed != 1:
+            raise Conflict("this standing approval is already revoked", code="already_revoked")
+        if standing.from_confirmation_id:
+            event_append(invocation=standing.from_confirmation.invocation, kind="standing_approval_revoked",
+                         actor=f"user:{user.username}", data={
+                             "standing_approval_id": str(standing.pk), "reason": reason.strip(),
+                             "calls_covered": StandingApproval.objects.values_list("calls_covered", flat=True).get(pk=standing.pk),
+                         })
+    standing.refresh_from_db()
+    return standing

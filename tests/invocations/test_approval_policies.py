@@ -1,0 +1,320 @@
+"""Approval policies through the services on PostgreSQL: thresholds, quorum, separation of duties,
+escalation with a controllable clock, run-scoped standing approvals, and where policies are configured."""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core import mail
+from django.core.exceptions import ValidationError
+from django.db import connection
+
+from invocations_app.confirmations import (
+    AlreadyDecided, DuplicateApprover, SeparationOfDuties, confirmation_approve, confirmations_expire_due,
+)
+from invocations_app.confirmation_edits import confirmation_approve_with_edits
+from invocations_app.escalations import confirmations_escalate_due
+from invocations_app.models import Confirmation, ConfirmationApproval, Event, StandingApproval
+from invocations_app.serializers import invocation_to_dict
+from invocations_app.selectors import invocation_get
+from invocations_app.standing_approvals import standing_approval_grant, standing_approval_revoke
+from specs_app.models import Grant
+from specs_app.services import grant_create, grant_validate
+from tests.builders import (
+    PAYMENTS_POLICY, OneRun, fresh, make_capability, make_finance_subject, make_grant, make_payments_spec, make_staff,
+    make_subject, make_tenant, payment_args,
+)
+from tests.conftest import require_postgres
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def payments():
+    return make_payments_spec()
+
+
+@pytest.fixture
+def finance(payments):
+    return make_finance_subject()
+
+
+@pytest.fixture
+def run(finance, payments):
+    return OneRun(subject=finance, spec=payments, on_behalf_of="alice@example.invalid")
+
+
+def pending(invocation) -> Confirmation:
+    return Confirmation.objects.select_related("run", "invocation", "tool_spec").get(invocation=invocation, state="pending")
+
+
+def kinds(invocation) -> list[str]:
+    return list(Event.objects.filter(invocation=invocation).order_by("seq").values_list("kind", flat=True))
+
+
+# --- thresholds ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("minor", "state", "quorum"), [
+    (1000, "PREPARED", None),  # 10.00 EUR: runs without a person (up_to is inclusive)
+    (1001, "AUTHORIZED", 1),  # 10.01 EUR: one approver
+    (50000, "AUTHORIZED", 1),
+    (50001, "AUTHORIZED", 2),  # 500.01 EUR: two approvers
+])
+def test_it_applies_thresholds_on_the_normalized_amount_at_the_boundaries(run, minor, state, quorum):
+    invocation = run.propose(payment_args(minor))
+    assert invocation.state == state, invocation.error_message
+    if quorum is None:
+        assert not Confirmation.objects.filter(invocation=invocation).exists()
+        assert fresh(invocation).authorization["decision"] == "allow"
+        return
+    confirmation = pending(invocation)
+    assert confirmation.approvals_needed == quorum
+    assert fresh(invocation).authorization["approvals_needed"] == quorum
+    requested = Event.objects.get(invocation=invocation, kind="confirmation_requested")
+    assert requested.data.get("approvals_needed", 1) == quorum
+
+
+def test_it_denies_an_amount_above_the_highest_closed_tier(finance, payments):
+    Grant.objects.filter(subject=finance).update(approval_policy={"thresholds": [{"up_to": 50000, "effect": "confirm"}]})
+    invocation = OneRun(subject=finance, spec=payments).propose(payment_args(50001))
+    assert invocation.state == "AUTHORIZATION_REJECTED"
+    assert "policy_denied" in {r["code"] for r in invocation.authorization["reasons"]}
+
+
+def test_the_toolspecs_policy_applies_to_grants_without_one():
+    spec = make_payments_spec(confirmation_policy={"expires_seconds": 900, "approval": {
+        "thresholds": [{"up_to": 100, "effect": "allow"}, {"effect": "confirm", "approvals": 3}]}})
+    subject = make_subject()
+    make_grant(subject=subject, capability="payments.transfer", operation_class="create")
+    one = OneRun(subject=subject, spec=spec)
+    assert one.propose(payment_args(100)).state == "PREPARED"
+    assert pending(one.propose(payment_args(101))).approvals_needed == 3
+
+
+# --- quorum ------------------------------------------------------------------------------------
+
+def test_a_quorum_of_two_needs_two_different_approvers_and_the_same_one_twice_does_nothing(run):
+    invocation = run.propose(payment_args(60000))
+    confirmation = pending(invocation)
+    first, second = make_staff(username="first"), make_staff(username="second")
+
+    confirmation_approve(confirmation=confirmation, user=first, digest_seen=confirmation.digest, reason="invoice checked")
+    assert fresh(invocation).state == "AUTHORIZED" and pending(invocation).state == "pending"
+    partial = Event.objects.get(invocation=invocation, kind="confirmation_partially_approved")
+    assert partial.data["approvals"] == 1 and partial.data["approvals_needed"] == 2 and partial.actor == "user:first"
+
+    seq_before = fresh(invocation).event_seq
+    with pytest.raises(DuplicateApprover):
+        confirmation_approve(confirmation=pending(invocation), user=first, digest_seen=confirmation.digest)
+    assert fresh(invocation).event_seq == seq_before
+    assert ConfirmationApproval.objects.filter(confirmation=confirmation).count() == 1
+
+    confirmation_approve(confirmation=pending(invocation), user=second, digest_seen=confirmation.digest, reason="ok")
+    confirmation.refresh_from_db()
+    assert confirmation.state == "approved" and confirmation.decided_by == second
+    assert fresh(invocation).state == "PREPARED"
+    approved = Event.objects.get(invocation=invocation, kind="confirmation_approved")
+    assert approved.data["approved_by"] == ["first", "second"]
+    shown = invocation_to_dict(invocation_get(subject=run.subject, invocation_id=invocation.pk))["confirmation"]
+    assert shown["approvals_needed"] == 2 and [a["user"] for a in shown["approvals"]] == ["first", "second"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_nth_approval_decides_once_when_two_approvers_race(run):
+    require_postgres()
+    invocation = run.propose(payment_args(60000))
+    confirmation = pending(invocation)
+    confirmation_approve(confirmation=confirmation, user=make_staff(username="first"), digest_seen=confirmation.digest)
+    racers = [make_staff(username="second"), make_staff(username="third")]
+    barrier, outcomes = threading.Barrier(2), []
+
+    def approve(user):
+        try:
+            barrier.wait()
+            confirmation_approve(confirmation=pending(invocation), user=user, digest_seen=confirmation.digest)
+            outcomes.append("approved")
+        except AlreadyDecided:
+            outcomes.append("already_decided")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=approve, args=(u,)) for u in racers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["already_decided", "approved"]
+    assert kinds(invocation).count("confirmation_approved") == 1
+    assert fresh(invocation).state == "PREPARED"
+    assert ConfirmationApproval.objects.filter(confirmation=confirmation).count() == 2
+
+
+# --- separation of duties ----------------------------------------------------------------------
+
+def test_the_person_the_run_acts_for_cannot_approve_by_email_or_username(run, finance, payments):
+    alice = make_staff(username="alice")  # email alice@example.invalid
+    invocation = run.propose(payment_args(2000))
+    with pytest.raises(SeparationOfDuties, match="cannot approve"):
+        confirmation_approve(confirmation=pending(invocation), user=alice, digest_seen=pending(invocation).digest)
+    by_name = OneRun(subject=finance, spec=payments, on_behalf_of="ALICE").propose(payment_args(2000))
+    with pytest.raises(SeparationOfDuties):
+        confirmation_approve(confirmation=pending(by_name), user=alice, digest_seen=pending(by_name).digest)
+    with pytest.raises(SeparationOfDuties):
+        standing_approval_grant(confirmation=pending(invocation), user=alice, minutes=5, max_amount=None, max_calls=None,
+                                reason="mine")
+    with pytest.raises(SeparationOfDuties):  # an edit is an approval too
+        confirmation_approve_with_edits(confirmation=pending(invocation), user=alice, digest_seen=pending(invocation).digest,
+                                        edited_arguments=payment_args(1500), new_digest_seen="", reason="smaller")
+    assert not ConfirmationApproval.objects.exists() and not StandingApproval.objects.exists()
+    assert fresh(invocation).state == "AUTHORIZED"
+
+
+def test_post_runs_accepts_and_returns_on_behalf_of(agent):
+    body = agent.run(on_behalf_of="alice@example.invalid")
+    assert body["on_behalf_of"] == "alice@example.invalid"
+    assert agent.get(f"/api/v1/runs/{body['id']}").json()["on_behalf_of"] == "alice@example.invalid"
+    assert agent.run()["on_behalf_of"] is None
+
+
+# --- escalation ---------------------------------------------------------------------------------
+
+def test_it_escalates_after_t_with_a_controllable_clock_and_expiry_still_denies(finance, payments, settings, django_capture_on_commit_callbacks):
+    settings.TOOLOPS_NOTIFY_BY_EMAIL = True
+    leads = Group.objects.create(name="payments-leads")
+    lead = make_staff(username="lead")
+    lead.groups.add(leads)
+    Grant.objects.filter(subject=finance).update(approval_policy={
+        **PAYMENTS_POLICY, "escalate_after_seconds": 300, "escalation_group": "payments-leads"})
+    invocation = OneRun(subject=finance, spec=payments).propose(payment_args(2000))
+    confirmation = pending(invocation)
+    assert confirmation.escalation_group == "payments-leads"
+    asked = confirmation.escalate_at - timedelta(seconds=300)
+
+    assert confirmations_escalate_due(now=asked + timedelta(seconds=299)) == 0
+    with django_capture_on_commit_callbacks(execute=True):
+        assert confirmations_escalate_due(now=asked + timedelta(seconds=301)) == 1
+    assert confirmations_escalate_due(now=asked + timedelta(seconds=400)) == 0  # once only
+    confirmation.refresh_from_db()
+    assert confirmation.state == "pending" and confirmation.escalated_at == asked + timedelta(seconds=301)
+    event = Event.objects.get(invocation=invocation, kind="confirmation_escalated")
+    assert event.data["group"] == "payments-leads" and event.data["notified"] == ["lead"]
+    assert [m.to for m in mail.outbox] == [["lead@example.invalid"]]
+    assert payments.ref in mail.outbox[0].subject
+
+    assert confirmations_expire_due(now=confirmation.expires_at + timedelta(seconds=1)) == 1
+    assert fresh(invocation).state == "CANCELLED_BEFORE_COMMIT"
+
+
+def test_a_confirmation_decided_before_t_is_never_escalated(run):
+    Group.objects.create(name="payments-leads")
+    Grant.objects.update(approval_policy={**PAYMENTS_POLICY, "escalate_after_seconds": 60, "escalation_group": "payments-leads"})
+    invocation = run.propose(payment_args(2000))
+    confirmation = pending(invocation)
+    confirmation_approve(confirmation=confirmation, user=make_staff(username="bob"), digest_seen=confirmation.digest)
+    assert confirmations_escalate_due(now=confirmation.escalate_at + timedelta(seconds=1)) == 0
+    assert "confirmation_escalated" not in kinds(invocation)
+
+
+# --- standing approvals --------------------------------------------------------------------------
+
+def test_a_standing_approval_covers_the_next_in_limit_call_and_not_an_over_limit_one(run):
+    bob = make_staff(username="bob")
+    first = run.propose(payment_args(2000))
+    standing = standing_approval_grant(confirmation=pending(first), user=bob, minutes=30, max_amount=5000, max_calls=None,
+                                       reason="supplier batch")
+    assert fresh(first).state == "PREPARED"
+    assert "standing_approval_granted" in kinds(first)
+
+    covered = run.propose(payment_args(5000))
+    assert covered.state == "PREPARED"
+    record = fresh(covered).authorization
+    assert record["decision"] == "allow" and record["standing_approval"]["id"] == str(standing.pk)
+    assert record["standing_approval"]["granted_by"] == "bob"
+    assert "standing_approval" in {r["code"] for r in record["reasons"]}
+    applied = Event.objects.get(invocation=covered, kind="standing_approval_applied")
+    assert applied.data["standing_approval"]["id"] == str(standing.pk) and "bob" in applied.data["reason"]
+    assert not Confirmation.objects.filter(invocation=covered).exists()
+
+    over = run.propose(payment_args(5001))
+    assert over.state == "AUTHORIZED" and pending(over).approvals_needed == 1
+    standing.refresh_from_db()
+    assert standing.calls_covered == 1
+
+
+def test_a_standing_approval_is_scoped_to_its_run_counted_and_revocable(run, finance, payments):
+    bob = make_staff(username="bob")
+    standing = standing_approval_grant(confirmation=pending(run.propose(payment_args(2000))), user=bob, minutes=30,
+                                       max_amount=None, max_calls=1, reason="one more")
+    assert OneRun(subject=finance, spec=payments).propose(payment_args(2000)).state == "AUTHORIZED"  # another run
+    assert run.propose(payment_args(2000)).state == "PREPARED"
+    assert run.propose(payment_args(2000)).state == "AUTHORIZED"  # its one call is used
+    assert run.propose(payment_args(60000)).state == "AUTHORIZED"  # two approvers: never one person's standing approval
+
+    second = standing_approval_grant(confirmation=pending(run.propose(payment_args(3000))), user=bob, minutes=30,
+                                     max_amount=None, max_calls=None, reason="rest of the batch")
+    standing_approval_revoke(standing=second, user=bob, reason="batch done")
+    assert run.propose(payment_args(2000)).state == "AUTHORIZED"
+    revoked = Event.objects.get(kind="standing_approval_revoked")
+    assert revoked.data["standing_approval_id"] == str(second.pk) and revoked.data["reason"] == "batch done"
+    standing.refresh_from_db()
+    assert standing.calls_covered == 1
+
+
+def test_a_standing_approval_needs_a_reason_and_a_single_approver_call(run):
+    bob = make_staff(username="bob")
+    with pytest.raises(Exception, match="reason is required"):
+        standing_approval_grant(confirmation=pending(run.propose(payment_args(2000))), user=bob, minutes=5, max_amount=None,
+                                max_calls=None, reason=" ")
+    with pytest.raises(Exception, match="covers only single-approver calls"):
+        standing_approval_grant(confirmation=pending(run.propose(payment_args(60000))), user=bob, minutes=5, max_amount=None,
+                                max_calls=None, reason="x")
+    assert not StandingApproval.objects.exists() and not ConfirmationApproval.objects.exists()
+
+
+# --- where policies are configured -----------------------------------------------------------------
+
+def _grant_values(**overrides) -> dict:
+    tenant = make_tenant()
+    values = dict(capability=make_capability(name="payments.transfer", operation_class="create"), tenant=tenant, subject=None,
+                  scope_kind="any", scope_values=[], limits={}, effect="allow", tool_refs=["payments.transfer@1"], expires_at=None)
+    return {**values, **overrides}
+
+
+def test_grant_validation_names_a_bad_policy_and_a_missing_escalation_group():
+    with pytest.raises(ValidationError) as bad:
+        grant_validate(**_grant_values(approval_policy={"thresholds": [{"up_to": 10, "effect": "sometimes"}]}))
+    assert "effect must be one of" in str(bad.value.message_dict["approval_policy"])
+    with pytest.raises(ValidationError) as missing:
+        grant_validate(**_grant_values(approval_policy={"escalate_after_seconds": 60, "escalation_group": "nobody"}))
+    assert "is not a group" in str(missing.value.message_dict["approval_policy"])
+
+
+def test_grant_create_stores_the_normalized_policy_and_audits_it(payments):
+    admin = make_staff(username="root", superuser=True)
+    grant = grant_create(user=admin, reason="finance", **_grant_values(approval_policy={**PAYMENTS_POLICY, "approvals": 1}))
+    # Normalized: the default quorum is left out, every confirm tier states its quorum.
+    assert grant.approval_policy == {"thresholds": [
+        {"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm", "approvals": 1},
+        {"effect": "confirm", "approvals": 2}]}
+    assert grant.changes.get().data["approval_policy"] == grant.approval_policy
+
+
+def test_the_grant_form_shows_a_bad_policy_on_its_field_and_saves_a_good_one(client, payments):
+    boss = make_staff(username="boss", superuser=True)
+    client.force_login(boss)
+    tenant = make_tenant(slug="acme")
+    form = {"capability": make_capability(name="payments.transfer", operation_class="create").pk, "tenant": tenant.pk,
+            "scope_kind": "any", "scope_values": "[]", "limits": "{}", "effect": "confirm", "tool_refs": "[]",
+            "expires_at_0": "", "expires_at_1": "", "reason": "finance approvals"}
+    page = client.get("/specs_app/grant/add/").content.decode()
+    assert 'name="approval_policy"' in page and "up_to inclusive" in page
+    resp = client.post("/specs_app/grant/add/", {**form, "approval_policy": '{"thresholds": [{"up_to": 10}]}'})
+    assert resp.status_code == 200
+    assert "effect must be one of" in str(resp.context["adminform"].form.errors["approval_policy"])
+    resp = client.post("/specs_app/grant/add/", {**form, "approval_policy": '{"approvals": 2}'})
+    assert resp.status_code == 302
+    grant = Grant.objects.get(tenant=tenant)
+    assert grant.approval_policy == {"approvals": 2}
+    assert "&quot;approvals&quot;: 2" in client.get(f"/specs_app/grant/{grant.pk}/change/").content.decode()

@@ -1,0 +1,243 @@
+"""Approval policies (issue 14 item 3): who must approve a call, decided from its normalized amount.
+
+A policy sits on a grant (``Grant.approval_policy``) or, for grants without one, on the ToolSpec
+(``confirmation_policy["approval"]``). It is small JSON with a fixed schema, checked by
+``ApprovalPolicy.from_dict`` (unknown keys, wrong types and unordered tiers are errors — a typo
+must never silently drop a rule)::
+
+    {"thresholds": [{"up_to": 1000, "effect": "allow"},
+                    {"up_to": 50000, "effect": "confirm", "approvals": 1},
+                    {"effect": "confirm", "approvals": 2}],
+     "escalate_after_seconds": 600, "escalation_group": "payments-leads"}
+
+Rules:
+
+* ``thresholds`` are tiers over the requirement's amount in **minor units** (the ToolSpec's
+  ``amount_pointer`` into the normalized arguments, as for grant limits). The first tier whose
+  ``up_to`` is >= the amount applies — ``up_to`` is inclusive, so 1000 (10.00 EUR) is still
+  ``allow`` and 1001 is ``confirm``. A last tier without ``up_to`` takes everything above; with
+  none, an amount above the highest ``up_to`` is denied (``policy_denied``). A ``deny`` tier denies.
+* A tier's effect replaces the grant's own effect for that call; ``approvals`` (default 1) is the
+  quorum: that many *distinct* people must approve before the call runs.
+* A call with no amount under a policy with thresholds is denied (fail closed).
+* ``escalate_after_seconds`` + ``escalation_group`` (a Django group name): a confirmation nobody
+  decided within that time is escalated to that group; expiry still denies afterwards.
+* Across the grants a decision uses, the largest quorum and the earliest escalation win.
+
+Pure: no Django. The shell stores ``to_dict()`` with the grant snapshot and the decision.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+TIER_EFFECTS = ("allow", "confirm", "deny")
+MAX_APPROVALS = 10
+POLICY_KEYS = ("thresholds", "approvals", "escalate_after_seconds", "escalation_group")
+TIER_KEYS = ("up_to", "effect", "approvals")
+
+# Reason codes (stored in events and authorization records).
+POLICY_TIER = "policy_tier"
+POLICY_DENIED = "policy_denied"
+POLICY_AMOUNT_UNKNOWN = "policy_amount_unknown"
+
+
+class PolicyError(ValueError):
+    """A policy that does not fit the schema; the message names the offending key."""
+
+
+def _int(value: Any, name: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PolicyError(f"{name} must be an integer")
+    if value < minimum:
+        raise PolicyError(f"{name} must be at least {minimum}")
+    return value
+
+
+def _approvals(value: Any, name: str) -> int:
+    count = _int(value, name, minimum=1)
+    if count > MAX_APPROVALS:
+        raise PolicyError(f"{name} must be at most {MAX_APPROVALS}")
+    return count
+
+
+@dataclass(frozen=True)
+class Tier:
+    """One threshold tier: amounts up to ``up_to`` (inclusive; ``None`` = no upper bound)."""
+
+    up_to: int | None
+    effect: str
+    approvals: int = 1
+
+    def covers(self, amount: int) -> bool:
+        return self.up_to is None or amount <= self.up_to
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {"effect": self.effect}
+        if self.up_to is not None:
+            out["up_to"] = self.up_to
+        if self.effect == "confirm":
+            out["approvals"] = self.approvals
+        return out
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    thresholds: tuple[Tier, ...] = ()
+    approvals: int = 1  # quorum when the grant's own effect is ``confirm`` and no tier says otherwise
+    escalate_after_seconds: int | None = None
+    escalation_group: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "ApprovalPolicy | None":
+        """Parse stored JSON; ``None`` / ``{}`` means "no policy". Raises ``PolicyError``."""
+        if data is None or data == {}:
+            return None
+        if not isinstance(data, Mapping):
+            raise PolicyError("an approval policy is a JSON object")
+        unknown = sorted(set(data) - set(POLICY_KEYS))
+        if unknown:
+            raise PolicyError(f"unknown policy keys: {', '.join(unknown)} (known: {', '.join(POLICY_KEYS)})")
+        tiers = tuple(_tier(t, i) for i, t in enumerate(data.get("thresholds") or []))
+        if "thresholds" in data and not isinstance(data["thresholds"], list):
+            raise PolicyError("thresholds must be a list of tiers")
+        _check_order(tiers)
+        escalate = data.get("escalate_after_seconds")
+        group = data.get("escalation_group")
+        if escalate is not None:
+            escalate = _int(escalate, "escalate_after_seconds", minimum=1)
+        if group is not None and (not isinstance(group, str) or not group.strip()):
+            raise PolicyError("escalation_group must be a non-empty group name")
+        if (escalate is None) != (group is None):
+            raise PolicyError("escalate_after_seconds and escalation_group go together")
+        return cls(
+            thresholds=tiers, approvals=_approvals(data.get("approvals", 1), "approvals"),
+            escalate_after_seconds=escalate, escalation_group=group.strip() if group else None,
+        )
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {}
+        if self.thresholds:
+            out["thresholds"] = [t.to_dict() for t in self.thresholds]
+        if self.approvals != 1:
+            out["approvals"] = self.approvals
+        if self.escalate_after_seconds is not None:
+            out["escalate_after_seconds"] = self.escalate_after_seconds
+            out["escalation_group"] = self.escalation_group
+        return out
+
+
+def _tier(data: Any, index: int) -> Tier:
+    name = f"thresholds[{index}]"
+    if not isinstance(data, Mapping):
+        raise PolicyError(f"{name} must be an object like {{\"up_to\": 1000, \"effect\": \"allow\"}}")
+    unknown = sorted(set(data) - set(TIER_KEYS))
+    if unknown:
+        raise PolicyError(f"{name}: unknown keys {', '.join(unknown)} (known: {', '.join(TIER_KEYS)})")
+    effect = data.get("effect")
+    if effect not in TIER_EFFECTS:
+        raise PolicyError(f"{name}.effect must be one of {', '.join(TIER_EFFECTS)}")
+    if "approvals" in data and effect != "confirm":
+        raise PolicyError(f"{name}.approvals only applies to effect confirm")
+    up_to = data.get("up_to")
+    return Tier(
+        up_to=None if up_to is None else _int(up_to, f"{name}.up_to", minimum=0), effect=effect,
+        approvals=_approvals(data.get("approvals", 1), f"{name}.approvals"),
+    )
+
+
+def _check_order(tiers: tuple[Tier, ...]) -> None:
+    bounds = [t.up_to for t in tiers]
+    if None in bounds[:-1]:
+        raise PolicyError("only the last tier may omit up_to (it takes every amount above the others)")
+    finite = [b for b in bounds if b is not None]
+    if any(a >= b for a, b in zip(finite, finite[1:])):
+        raise PolicyError("tiers must have strictly increasing up_to values")
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    """What a policy makes of one grant's effect for one call."""
+
+    effect: str  # allow | confirm | deny
+    approvals: int  # quorum when ``effect == "confirm"``, else 0
+    code: str | None  # a reason code when the policy decided (tier, denial), None when it had no say
+    message: str
+
+
+def apply_policy(policy: ApprovalPolicy | None, *, grant_effect: str, amount: int | None) -> PolicyOutcome:
+    """The effect of a matched grant once its policy has seen the call's amount (minor units)."""
+    if policy is None:
+        return PolicyOutcome(grant_effect, 1 if grant_effect == "confirm" else 0, None, "")
+    if not policy.thresholds:
+        approvals = policy.approvals if grant_effect == "confirm" else 0
+        return PolicyOutcome(grant_effect, approvals, None, "")
+    if amount is None:
+        return PolicyOutcome("deny", 0, POLICY_AMOUNT_UNKNOWN, "the approval policy has amount thresholds but the call states no amount")
+    for tier in policy.thresholds:
+        if tier.covers(amount):
+            bound = "no upper bound" if tier.up_to is None else f"up to {tier.up_to}"
+            if tier.effect == "deny":
+                return PolicyOutcome("deny", 0, POLICY_DENIED, f"amount {amount} falls in a deny tier ({bound})")
+            approvals = tier.approvals if tier.effect == "confirm" else 0
+            who = f", {approvals} approver(s)" if approvals else ""
+            return PolicyOutcome(tier.effect, approvals, POLICY_TIER, f"amount {amount} is in the {tier.effect} tier ({bound}{who})")
+    top = policy.thresholds[-1].up_to
+    return PolicyOutcome("deny", 0, POLICY_DENIED, f"amount {amount} is above the highest threshold ({top})")
+
+
+@dataclass(frozen=True)
+class Escalation:
+    after_seconds: int
+    group: str
+
+    def to_dict(self) -> dict:
+        return {"after_seconds": self.after_seconds, "group": self.group}
+
+
+def earliest_escalation(policies) -> Escalation | None:
+    """The earliest escalation among ``policies`` (``None`` entries ignored); ties: group name order."""
+    found = [Escalation(p.escalate_after_seconds, p.escalation_group) for p in policies
+             if p is not None and p.escalate_after_seconds is not None]
+    return min(found, key=lambda e: (e.after_seconds, e.group), default=None)
+
+
+# --- run-scoped standing approvals ----------------------------------------------------------------
+
+STANDING_EXPIRED = "standing_expired"
+STANDING_REVOKED = "standing_revoked"
+STANDING_OVER_AMOUNT = "standing_over_amount"
+STANDING_AMOUNT_UNKNOWN = "standing_amount_unknown"
+STANDING_CALLS_USED = "standing_calls_used"
+STANDING_QUORUM = "standing_quorum"
+
+
+@dataclass(frozen=True)
+class StandingLimits:
+    """What one standing approval covers: amounts up to ``max_amount`` (minor units, inclusive),
+    at most ``max_calls`` calls, until ``expires_at`` (the caller compares datetimes)."""
+
+    max_amount: int | None
+    max_calls: int | None
+
+
+def standing_failure(limits: StandingLimits, *, amount: int | None, calls_covered: int, approvals_needed: int,
+                     expired: bool, revoked: bool) -> tuple[str, str] | None:
+    """Why a standing approval does not cover a call, as ``(code, message)``; ``None`` when it does.
+
+    A standing approval is one person's decision, so it never stands in for a quorum of two or more.
+    """
+    if revoked:
+        return STANDING_REVOKED, "the standing approval was revoked"
+    if expired:
+        return STANDING_EXPIRED, "the standing approval has expired"
+    if approvals_needed > 1:
+        return STANDING_QUORUM, f"the call needs {approvals_needed} approvers; a standing approval is one person's"
+    if limits.max_calls is not None and calls_covered >= limits.max_calls:
+        return STANDING_CALLS_USED, f"the standing approval already covered its {limits.max_calls} call(s)"
+    if limits.max_amount is not None:
+        if amount is None:
+            return STANDING_AMOUNT_UNKNOWN, "the standing approval caps amounts but the call states none"
+        if amount > limits.max_amount:
+            return STANDING_OVER_AMOUNT, f"amount {amount} exceeds the standing approval's {limits.max_amount}"
+    return None
