@@ -21,6 +21,7 @@ from .confirmations import StaleDigest, confirmation_approve, decision_claim, re
 from .models import Confirmation, Invocation
 from .tool_messages import ending_message_rows
 from .transitions import invocation_transition
+from .webhooks import webhook_confirmation_decided
 
 
 def confirmation_preview_edit(*, confirmation: Confirmation, edited_arguments) -> AdmissionPlan:
@@ -91,4 +92,6 @@ def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan
             fields={**error, "error_detail": {"replacement_invocation_id": str(replacement.pk), "reason": reason}},
             rows=ending_message_rows(original, **error),
         )
+        confirmation.replacement = replacement
+        webhook_confirmation_decided(confirmation)
     return replacement

@@ -20,6 +20,7 @@ from .dispatch import enqueue_when_committed
 from .models import Confirmation, Invocation
 from .tool_messages import ending_message_rows
 from .transitions import TransitionConflict, event_append, invocation_transition
+from .webhooks import webhook_confirmation_decided, webhook_confirmation_expired, webhook_confirmation_requested
 
 
 class StaleDigest(Conflict):
@@ -54,6 +55,7 @@ def confirmation_open(*, invocation: Invocation, expires_at: datetime) -> Confir
         invocation=invocation, kind="confirmation_requested",
         data={"confirmation_id": str(confirmation.pk), "digest": invocation.digest, "expires_at": expires_at.isoformat()},
     )
+    webhook_confirmation_requested(confirmation)
     return confirmation
 
 
@@ -97,6 +99,7 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
                 data=data, actor=actor,
             )
         enqueue_when_committed(invocation)
+        webhook_confirmation_decided(confirmation)
     return invocation
 
 
@@ -115,6 +118,7 @@ def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invoc
             data={"confirmation_id": str(confirmation.pk), "reason": reason}, actor=f"user:{user.username}",
             fields=error, rows=ending_message_rows(invocation, **error),
         )
+        webhook_confirmation_decided(confirmation)
     return invocation
 
 
@@ -138,6 +142,8 @@ def confirmation_expire(*, confirmation: Confirmation, now: datetime | None = No
                 )
         except TransitionConflict:
             pass  # the call already moved on (e.g. cancelled): only the confirmation expires
+        confirmation.state, confirmation.decided_at = Confirmation.Status.EXPIRED, now
+        webhook_confirmation_expired(confirmation)
     return True
 
 

@@ -14,6 +14,7 @@ from toolops.celery import app
 from .models import Invocation
 
 EXECUTE_TASK = "invocations.execute"
+WEBHOOK_DELIVER_TASK = "webhooks.deliver"
 # Longest countdown handed to the broker; later retries wait for the beat task
 # (``invocations.enqueue_due``), so no ETA outlives Redis' visibility timeout and runs twice.
 MAX_COUNTDOWN_SECONDS = 60
@@ -46,3 +47,14 @@ def execution_send(invocation_id, *, countdown: float = 0.0, traceparent: str | 
 def enqueue_when_committed(invocation: Invocation) -> None:
     """Hand a ready invocation (PREPARED, or AUTHORIZED read-only) to the workers after commit."""
     enqueue_execution(invocation.pk, traceparent=traceparent_of(invocation))
+
+
+def enqueue_webhook_delivery(delivery_id, countdown: float = 0.0) -> None:
+    """Send one webhook delivery after the current transaction commits (later retries: the beat)."""
+    if countdown > MAX_COUNTDOWN_SECONDS:
+        return  # ``webhooks.deliver_due`` picks it up when due
+    transaction.on_commit(lambda: webhook_delivery_send(delivery_id, countdown=countdown))
+
+
+def webhook_delivery_send(delivery_id, *, countdown: float = 0.0) -> None:
+    app.signature(WEBHOOK_DELIVER_TASK, args=(str(delivery_id),)).apply_async(countdown=max(0.0, countdown) or None)

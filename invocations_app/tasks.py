@@ -22,9 +22,10 @@ from toolops.runtime.tracecontext import parse_traceparent
 from toolops.tracelog import trace_scope
 
 from .confirmations import confirmations_expire_due
-from .dispatch import EXECUTE_TASK, enqueue_execution, execution_send
+from .dispatch import EXECUTE_TASK, WEBHOOK_DELIVER_TASK, enqueue_execution, execution_send
 from .execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
+from .webhook_delivery import webhook_deliveries_due, webhook_delivery_attempt
 
 logger = logging.getLogger(__name__)
 
@@ -93,3 +94,15 @@ def confirmations_expire_due_task() -> int:
     """Periodic: expire pending confirmations past their time (each expiry is race-safe)."""
     return confirmations_expire_due()
 
+
+
+@shared_task(name=WEBHOOK_DELIVER_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def webhook_deliver_task(delivery_id: str) -> str:
+    """One try of one webhook delivery; a duplicate or early message loses the claim and exits."""
+    return webhook_delivery_attempt(delivery_id=delivery_id)
+
+
+@shared_task(name="webhooks.deliver_due", ignore_result=True)
+def webhooks_deliver_due_task() -> int:
+    """Periodic: re-send due webhook retries and deliveries abandoned mid-send."""
+    return webhook_deliveries_due()
