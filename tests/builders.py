@@ -1,7 +1,7 @@
 """Keyword-only builders for test data, in one module (instead of copy-pasted setup).
 
 - rows: ``make_tenant``, ``make_subject``, ``make_token``, ``make_capability``, ``make_grant``,
-  ``make_staff``;
+  ``make_staff``, ``make_approver`` (staff holding approve_toolspec, with a personal token);
 - ToolSpecs: ``make_toolspec`` (the weather tool by default), ``make_demo_spec`` (API.md's demo
   set, optionally copied under another name or changed), ``make_calendar_spec`` (a small calendar
   tool with two properties);
@@ -23,6 +23,7 @@ from datetime import timedelta
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
+from guardian.shortcuts import assign_perm
 
 from invocations_app import admission, runs
 from invocations_app.confirmations import confirmation_approve
@@ -31,7 +32,7 @@ from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall,
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec
 from specs_app.selectors import grant_snapshots
-from specs_app.services import api_token_issue, toolspec_publish
+from specs_app.services import api_token_issue, personal_token_issue, toolspec_publish
 from toolops.db_guards import birth_guard_suspended
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome
 from toolops.runtime.states import State
@@ -215,6 +216,15 @@ def make_staff(*, username: str, superuser: bool = False) -> User:
     if superuser:
         return User.objects.create_superuser(username, f"{username}@example.invalid", PASSWORD)
     return User.objects.create_user(username, f"{username}@example.invalid", PASSWORD, is_staff=True)
+
+
+def make_approver(*, username: str, spec: ToolSpec | None = None) -> tuple[User, str]:
+    """A staff user with a personal (Approvals API) token; ``approve_toolspec`` on ``spec`` when given."""
+    user = make_staff(username=username)
+    if spec is not None:
+        assign_perm("specs_app.approve_toolspec", user, spec)
+    _, secret = personal_token_issue(user=user, label="test")
+    return user, secret
 
 
 def admit_proposal(*, subject: Subject, spec: ToolSpec, arguments: dict, timezone_name: str = "Europe/Paris") -> Invocation:
