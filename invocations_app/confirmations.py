@@ -112,13 +112,13 @@ def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invoc
     refuse_if_overdue(confirmation, now)
     with transaction.atomic():
         decision_claim(confirmation, state=Confirmation.Status.DENIED, user=user, reason=reason, now=now)
+        webhook_confirmation_decided(confirmation)  # queued before the call's own "settled"
         error = {"error_code": "confirmation_denied", "error_message": f"a human denied this call: {reason}"}
         invocation_transition(
             invocation=invocation, src=State.AUTHORIZED, dst=State.AUTHORIZATION_REJECTED, kind="confirmation_denied",
             data={"confirmation_id": str(confirmation.pk), "reason": reason}, actor=f"user:{user.username}",
             fields=error, rows=ending_message_rows(invocation, **error),
         )
-        webhook_confirmation_decided(confirmation)
     return invocation
 
 
@@ -131,6 +131,8 @@ def confirmation_expire(*, confirmation: Confirmation, now: datetime | None = No
         ).update(state=Confirmation.Status.EXPIRED, decided_at=now)
         if changed != 1:
             return False
+        confirmation.state, confirmation.decided_at = Confirmation.Status.EXPIRED, now
+        webhook_confirmation_expired(confirmation)  # queued before the call's own "settled"
         invocation = Invocation.objects.get(pk=confirmation.invocation_id)
         try:
             with transaction.atomic():  # a savepoint: losing the race keeps the expiry
@@ -142,8 +144,6 @@ def confirmation_expire(*, confirmation: Confirmation, now: datetime | None = No
                 )
         except TransitionConflict:
             pass  # the call already moved on (e.g. cancelled): only the confirmation expires
-        confirmation.state, confirmation.decided_at = Confirmation.Status.EXPIRED, now
-        webhook_confirmation_expired(confirmation)
     return True
 
 
