@@ -124,7 +124,7 @@ class ConfirmationListView(ApprovalsView):
             OpenApiParameter("page", int), OpenApiParameter("page_size", {"type": "integer", "minimum": 1, "maximum": 200}),
         ],
         responses={200: ConfirmationPageOut, **problem_responses({400: ["malformed_request"], 404: ["not_found"]})},
-        summary="Confirmations this person may decide", tags=["approvals"],
+        summary="Confirmations this person may decide", tags=["approvals"], operation_id="confirmations_list",
     )
     def get(self, request):
         state = request.query_params.get("state", Confirmation.Status.PENDING)
@@ -141,7 +141,8 @@ class ConfirmationListView(ApprovalsView):
 
 class ConfirmationDetailView(ApprovalsView):
     @extend_schema(responses={200: ConfirmationDetailOut, **problem_responses({403: ["forbidden"], 404: ["not_found"]})},
-                   summary="One confirmation, with the interpretation trail and the record link", tags=["approvals"])
+                   summary="One confirmation, with the interpretation trail and the record link", tags=["approvals"],
+                   operation_id="confirmation_get")
     def get(self, request, confirmation_id):
         confirmation = confirmation_get_for_user(user=request.user, pk=confirmation_id)
         invocation = confirmation.invocation

@@ -273,7 +273,8 @@ SPECTACULAR_SETTINGS = {
     # No badge image from validator.swagger.io: the docs load nothing from outside.
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS"},
+    "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS",
+                            "ConfirmationStateEnum": "invocations_app.approvals_api.STATES"},
     "APPEND_COMPONENTS": {"schemas": OPENAPI_SCHEMAS},
 }
 
