@@ -5,7 +5,8 @@ endpoint inside the caller's transaction (so a rolled-back decision tells nobody
 each to the workers after commit (``dispatch.enqueue_webhook_delivery``); the sending half is
 ``webhook_delivery.py``. Services call the named emitters below where the thing happens:
 confirmation opened, decided or expired, an invocation reaching a terminal state; the approval
-policies call ``webhook_emit(tenant, "confirmation.escalated", confirmation_event_payload(c))``.
+policies' escalation calls ``webhook_confirmation_escalated(confirmation)`` (or ``webhook_emit``
+with a payload of its own).
 
 Cost when nobody listens: the subscriptions of a tenant are cached per process for
 ``SUBSCRIPTION_TTL_SECONDS``, so a terminal transition of a tenant without endpoints costs no
@@ -99,19 +100,27 @@ def confirmation_approvers(confirmation: Confirmation) -> list:
     return sorted((u for u in users if u.is_active), key=lambda u: u.pk)
 
 
+def webhook_confirmation_event(confirmation: Confirmation, event_type: str, *, with_links: bool = False) -> None:
+    """Queue a ``confirmation.*`` event if the confirmation's tenant listens for it (the payload is built only then)."""
+    if webhook_wanted(confirmation.tenant_id, event_type):
+        webhook_emit(confirmation.tenant_id, event_type, confirmation_event_payload(confirmation, with_links=with_links))
+
+
 def webhook_confirmation_requested(confirmation: Confirmation) -> None:
-    if webhook_wanted(confirmation.tenant_id, "confirmation.requested"):
-        webhook_emit(confirmation.tenant_id, "confirmation.requested", confirmation_event_payload(confirmation, with_links=True))
+    webhook_confirmation_event(confirmation, "confirmation.requested", with_links=True)
 
 
 def webhook_confirmation_decided(confirmation: Confirmation) -> None:
-    if webhook_wanted(confirmation.tenant_id, "confirmation.decided"):
-        webhook_emit(confirmation.tenant_id, "confirmation.decided", confirmation_event_payload(confirmation))
+    webhook_confirmation_event(confirmation, "confirmation.decided")
+
+
+def webhook_confirmation_escalated(confirmation: Confirmation) -> None:
+    """For the approval policies' ``confirmation_escalated``: the escalation group gets fresh links too."""
+    webhook_confirmation_event(confirmation, "confirmation.escalated", with_links=True)
 
 
 def webhook_confirmation_expired(confirmation: Confirmation) -> None:
-    if webhook_wanted(confirmation.tenant_id, "confirmation.expired"):
-        webhook_emit(confirmation.tenant_id, "confirmation.expired", confirmation_event_payload(confirmation))
+    webhook_confirmation_event(confirmation, "confirmation.expired")
 
 
 def webhook_invocation_settled(invocation: Invocation) -> None:

@@ -1,23 +1,10 @@
 import pytest
-from rest_framework.test import APIClient
 
 from invocations_app.models import Confirmation
-from tests.builders import Agent, make_demo_spec, make_grant, make_token
+from tests.builders import make_demo_spec, make_grant
+from tests.invocations.conftest import _fast_password_hashing, agent  # noqa: F401 - the same fixtures here
 
 ARGS = '{"calendar_id": "primary", "title": "Passport", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}'
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def agent(db):
-    subject, token = make_token()
-    a = Agent(APIClient(), token)
-    a.subject = subject
-    return a
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from django.db import transaction
 
 from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmations_expire_due
 from invocations_app.models import WebhookDelivery, WebhookEndpoint
-from invocations_app.webhooks import webhook_emit
+from invocations_app.webhooks import webhook_confirmation_escalated, webhook_emit
 from tests.approvals.conftest import propose_calendar
 from tests.builders import make_approver
 
@@ -71,6 +71,15 @@ def test_it_queues_nothing_for_a_tenant_without_endpoints_or_an_inactive_one(age
     endpoint.save()
     propose_calendar(agent, calendar)
     assert not WebhookDelivery.objects.exists()
+
+
+def test_it_offers_the_escalation_hook_with_fresh_decision_links(agent, calendar):
+    _endpoint(agent.subject.tenant, events=["confirmation.escalated"])
+    pending = propose_calendar(agent, calendar)
+    make_approver(username="ann", spec=calendar)
+    webhook_confirmation_escalated(pending)
+    data = WebhookDelivery.objects.get(event_type="confirmation.escalated").payload["data"]
+    assert data["confirmation"]["id"] == str(pending.pk) and [a["username"] for a in data["approvers"]] == ["ann"]
 
 
 def test_it_queues_nothing_when_the_transaction_rolls_back(agent):
