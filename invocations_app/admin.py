@@ -5,7 +5,8 @@ import json
 import uuid
 from datetime import timedelta
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.utils import timezone
@@ -15,7 +16,10 @@ from django.utils.html import format_html, format_html_join
 from specs_app.admin import pretty_json
 from specs_app.models import ToolSpec
 
-from .models import Event, Invocation, ModelCall, Proposal, Run
+from .models import (
+    WEBHOOK_EVENT_TYPES, Event, Invocation, ModelCall, Proposal, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint,
+)
+from .webhook_delivery import webhook_deliveries_resend, webhook_secret_new
 
 
 class CappedCountPaginator(Paginator):
@@ -194,3 +198,73 @@ class InvocationAdmin(ReadOnlyAdmin):
 
 def pretty_json_text(value) -> str:
     return json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True)
+
+
+# --- outgoing webhooks: endpoints per tenant, every delivery and every attempt ---------------------
+
+class WebhookEndpointForm(forms.ModelForm):
+    url = forms.URLField(max_length=500, assume_scheme="https")
+    events = forms.MultipleChoiceField(choices=[(e, e) for e in WEBHOOK_EVENT_TYPES], widget=forms.CheckboxSelectMultiple)
+    secret = forms.CharField(required=False, max_length=200,
+                             help_text="leave empty to generate one; the receiver checks ToolOps-Signature with it")
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["tenant", "url", "events", "secret", "is_active", "description"]
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    form = WebhookEndpointForm
+    list_display = ["url", "tenant", "subscribed", "is_active", "created_at"]
+    list_filter = ["tenant", "is_active"]
+    search_fields = ["url", "tenant__slug", "description"]
+
+    @admin.display(description="events")
+    def subscribed(self, obj):
+        return ", ".join(obj.events or [])
+
+    def save_model(self, request, obj, form, change):
+        if not obj.secret:
+            obj.secret = webhook_secret_new()
+            self.message_user(request, f"Signing secret for {obj.url}: {obj.secret} — configure it in the receiver.",
+                              messages.WARNING)
+        super().save_model(request, obj, form, change)
+
+
+class WebhookAttemptInline(admin.TabularInline):
+    model = WebhookAttempt
+    can_delete = False
+    extra = 0
+    max_num = 0
+    fields = readonly_fields = ["number", "started_at", "duration_ms", "status_code", "error", "response_excerpt", "next_attempt_at"]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """Every delivery and its attempts (read-only); failed ones can be sent again."""
+
+    list_display = ["created_at", "event_type", "endpoint", "state", "attempts", "last_status_code", "next_attempt_at", "delivered_at"]
+    list_filter = ["state", "event_type", "endpoint__tenant"]
+    search_fields = ["event_id", "endpoint__url"]
+    list_select_related = ["endpoint__tenant"]
+    inlines = [WebhookAttemptInline]
+    fields = ["event_id", "event_type", "endpoint", "state", "attempts", "next_attempt_at", "last_status_code", "last_error",
+              "created_at", "delivered_at", "body"]
+    readonly_fields = fields
+    actions = ["send_again"]
+
+    @admin.display(description="payload")
+    def body(self, obj):
+        return pretty_json(obj.payload)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the delivery log is a record
+
+    @admin.action(description="Send again now (failed or waiting deliveries)")
+    def send_again(self, request, queryset):
+        count = webhook_deliveries_resend(deliveries=queryset)
+        self.message_user(request, f"{count} delivery(ies) queued again.")

@@ -39,6 +39,7 @@ from .dispatch import enqueue_when_committed
 from .models import Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal, Run
 from .runs import run_require_active
 from .tool_messages import ending_message_rows
+from .webhooks import webhook_confirmation_requested, webhook_invocation_settled
 
 
 def parser_limits() -> ParserLimits:
@@ -267,9 +268,11 @@ def record_admission(
     rows = [[proposal], [invocation], _chain_events(invocation, steps, proposal_span)]
     if invocation.state in TERMINAL:  # rejected: its tool messages are written with it, never by a read
         rows += ending_message_rows(invocation, error_code=invocation.error_code, error_message=invocation.error_message)
+    confirmation = None
     if confirmation_id:
-        rows.append([confirmation_row(invocation=invocation, expires_at=auth.confirmation_expires_at, confirmation_id=confirmation_id,
-                                      **auth.confirmation_fields)])
+        confirmation = confirmation_row(invocation=invocation, expires_at=auth.confirmation_expires_at,
+                                        confirmation_id=confirmation_id, **auth.confirmation_fields)
+        rows.append([confirmation])
     claims_key = bool(spec and spec.side_effect_class != "read_only" and auth and not auth.denied)
     # One round trip for all rows (toolops.db_batch), atomic on its own. A write also claims its
     # idempotency key, which needs a read, so a transaction spans both; inside a caller's
@@ -282,6 +285,10 @@ def record_admission(
             enqueue_when_committed(invocation)
         if otel.enabled():
             transaction.on_commit(lambda: _export_admission_span(invocation, proposal, trace))
+        if confirmation is not None:
+            webhook_confirmation_requested(confirmation)
+        elif invocation.state in TERMINAL:
+            webhook_invocation_settled(invocation)
     return invocation
 
 

@@ -1,6 +1,8 @@
 """One DRF exception handler: every API error becomes RFC 9457 problem+json with a stable code."""
 from __future__ import annotations
 
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -19,6 +21,9 @@ _DRF_CODES = {
     exceptions.NotAcceptable: "not_acceptable",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
     exceptions.Throttled: "rate_limited",
+    # Django's own, raised by shared selectors (console scope) and get_object_or_404; DRF maps their status.
+    DjangoPermissionDenied: "forbidden",
+    Http404: "not_found",
 }
 
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from specs_app.models import ApiToken, Subject
+from specs_app.models import ApiToken, PersonalToken, Subject
 from specs_app.services import token_hash
 
 # Writing last_used_at on every request would turn each read into a write; once a minute is plenty.
@@ -25,12 +25,15 @@ def api_token_verify(*, secret: str) -> ApiToken | None:
         .filter(token_hash=token_hash(secret), revoked_at__isnull=True, subject__is_active=True)
         .first()
     )
-    if token is None:
-        return None
+    if token is not None:
+        _touch(token)
+    return token
+
+
+def _touch(token: ApiToken | PersonalToken) -> None:
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return token
+        type(token).objects.filter(pk=token.pk).update(last_used_at=now)
 
 
 @dataclass(frozen=True)
@@ -52,19 +55,40 @@ class AgentPrincipal:
         return str(self.subject)
 
 
+def personal_token_verify(*, secret: str) -> PersonalToken | None:
+    """The live personal token with this secret, of an active staff user (user loaded), or None.
+
+    Only ``PersonalToken`` rows are looked at: an agent's ``ApiToken`` never authenticates a person."""
+    token = (
+        PersonalToken.objects.select_related("user")
+        .filter(token_hash=token_hash(secret), revoked_at__isnull=True, user__is_active=True, user__is_staff=True)
+        .first()
+    )
+    if token is not None:
+        _touch(token)
+    return token
+
+
+def _bearer_secret(request, keyword: str) -> str | None:
+    """The secret of ``Authorization: Bearer <secret>``, None when no such header."""
+    header = authentication.get_authorization_header(request).split()
+    if not header or header[0].lower() != keyword.lower().encode():
+        return None
+    if len(header) != 2:
+        raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'", code="invalid_token")
+    try:
+        return header[1].decode("ascii")
+    except UnicodeDecodeError:
+        raise exceptions.AuthenticationFailed("token is not ASCII", code="invalid_token") from None
+
+
 class BearerTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request):
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() != self.keyword.lower().encode():
+        secret = _bearer_secret(request, self.keyword)
+        if secret is None:
             return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed("Authorization header must be 'Bearer <token>'", code="invalid_token")
-        try:
-            secret = header[1].decode("ascii")
-        except UnicodeDecodeError:
-            raise exceptions.AuthenticationFailed("token is not ASCII", code="invalid_token") from None
         token = api_token_verify(secret=secret)
         if token is None:
             raise exceptions.AuthenticationFailed("unknown or revoked token", code="invalid_token")
@@ -80,3 +104,32 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "description": "An API token issued in the console (shown once)."}
+
+
+class PersonTokenAuthentication(authentication.BaseAuthentication):
+    """The Approvals API: ``request.user`` is the Django user who holds the personal token."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        secret = _bearer_secret(request, self.keyword)
+        if secret is None:
+            return None
+        token = personal_token_verify(secret=secret)
+        if token is None:
+            raise exceptions.AuthenticationFailed("unknown or revoked personal token", code="invalid_token")
+        user = token.user
+        user.token_id = f"person:{token.pk}"  # the per-token rate limit (toolops/throttling.py)
+        return user, token
+
+    def authenticate_header(self, request):
+        return self.keyword
+
+
+class PersonTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "invocations_app.auth.PersonTokenAuthentication"
+    name = "personTokenAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer",
+                "description": "A person's token for the Approvals API, issued in the console (Your API tokens; shown once)."}

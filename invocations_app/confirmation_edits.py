@@ -28,6 +28,7 @@ from .authorization import authorization_preview, invocation_authorize
 from .confirmations import StaleDigest, confirmation_approve, decision_claim, refuse_if_acting_for, refuse_if_overdue
 from .models import Confirmation, Invocation
 from .transitions import invocation_transition
+from .webhooks import webhook_confirmation_decided
 
 
 def confirmation_preview_edit(*, confirmation: Confirmation, edited_arguments) -> AdmissionPlan:
@@ -118,4 +119,6 @@ def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan
                     "error_message": f"an approver changed the arguments; the call continues as invocation {replacement.pk}",
                     "error_detail": {"replacement_invocation_id": str(replacement.pk), "reason": reason}},
         )
+        confirmation.replacement = replacement
+        webhook_confirmation_decided(confirmation)
     return replacement

@@ -27,6 +27,7 @@ from .dispatch import enqueue_when_committed
 from .models import Confirmation, ConfirmationApproval, Invocation, Run
 from .tool_messages import ending_message_rows
 from .transitions import TransitionConflict, event_append, invocation_transition
+from .webhooks import webhook_confirmation_decided, webhook_confirmation_expired, webhook_confirmation_requested
 
 
 class StaleDigest(Conflict):
@@ -90,6 +91,7 @@ def confirmation_open(*, invocation: Invocation, expires_at: datetime, **policy)
         data={"confirmation_id": str(confirmation.pk), "digest": invocation.digest, "expires_at": expires_at.isoformat(),
               **_policy_record(confirmation)},
     )
+    webhook_confirmation_requested(confirmation)
     return confirmation
 
 
@@ -162,6 +164,7 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
                 data=data, actor=actor, fields={"deadline": deadline},
             )
         enqueue_when_committed(invocation)
+        webhook_confirmation_decided(confirmation)
     return invocation
 
 
@@ -195,6 +198,7 @@ def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invoc
     refuse_if_overdue(confirmation, now)
     with transaction.atomic():
         decision_claim(confirmation, state=Confirmation.Status.DENIED, user=user, reason=reason, now=now)
+        webhook_confirmation_decided(confirmation)  # queued before the call's own "settled"
         error = {"error_code": "confirmation_denied", "error_message": f"a human denied this call: {reason}"}
         invocation_transition(
             invocation=invocation, src=State.AUTHORIZED, dst=State.AUTHORIZATION_REJECTED, kind="confirmation_denied",
@@ -213,6 +217,8 @@ def confirmation_expire(*, confirmation: Confirmation, now: datetime | None = No
         ).update(state=Confirmation.Status.EXPIRED, decided_at=now)
         if changed != 1:
             return False
+        confirmation.state, confirmation.decided_at = Confirmation.Status.EXPIRED, now
+        webhook_confirmation_expired(confirmation)  # queued before the call's own "settled"
         invocation = Invocation.objects.get(pk=confirmation.invocation_id)
         try:
             with transaction.atomic():  # a savepoint: losing the race keeps the expiry

@@ -31,6 +31,7 @@ from .models import Confirmation, Invocation
 logger = logging.getLogger(__name__)
 
 EXECUTE_TASK = "invocations.execute"
+WEBHOOK_DELIVER_TASK = "webhooks.deliver"
 # Longest countdown handed to the broker; later retries wait for the beat task
 # (``invocations.enqueue_due``), so no ETA outlives Redis' visibility timeout and runs twice.
 MAX_COUNTDOWN_SECONDS = 60
@@ -78,6 +79,17 @@ def execution_send_or_defer(invocation_id, *, countdown: float = 0.0, traceparen
 def enqueue_when_committed(invocation: Invocation) -> None:
     """Hand a ready invocation (PREPARED, or AUTHORIZED read-only) to the workers after commit."""
     enqueue_execution(invocation.pk, traceparent=traceparent_of(invocation))
+
+
+def enqueue_webhook_delivery(delivery_id, countdown: float = 0.0) -> None:
+    """Send one webhook delivery after the current transaction commits (later retries: the beat)."""
+    if countdown > MAX_COUNTDOWN_SECONDS:
+        return  # ``webhooks.deliver_due`` picks it up when due
+    transaction.on_commit(lambda: webhook_delivery_send(delivery_id, countdown=countdown))
+
+
+def webhook_delivery_send(delivery_id, *, countdown: float = 0.0) -> None:
+    app.signature(WEBHOOK_DELIVER_TASK, args=(str(delivery_id),)).apply_async(countdown=max(0.0, countdown) or None)
 
 
 # --- the outbox sweep ---------------------------------------------------------------------------

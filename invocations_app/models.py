@@ -507,3 +507,100 @@ class IdempotencyRecord(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "tool_ref", "key"], name="invocations_idem_unique_scope"),
         ]
+
+
+# --- outgoing webhooks (per tenant) ----------------------------------------------------------
+
+WEBHOOK_EVENT_TYPES = (
+    "confirmation.requested", "confirmation.decided", "confirmation.escalated", "confirmation.expired",
+    "invocation.settled",
+)
+
+
+class WebhookEndpoint(models.Model):
+    """Where a tenant wants to hear about confirmations and settled calls (configured in the admin).
+
+    The secret signs every body (``toolops.runtime.webhooks``); it is kept readable because
+    signing needs it, and shown to admins only on this form."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="webhook_endpoints")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, help_text="shared with the receiver; signs ToolOps-Signature")
+    events = models.JSONField(default=list, help_text=f"any of: {', '.join(WEBHOOK_EVENT_TYPES)}")
+    is_active = models.BooleanField(default=True)
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "url"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug} → {self.url}"
+
+
+class WebhookDelivery(models.Model):
+    """One event for one endpoint (an outbox row written with the event's own transaction).
+
+    Retry state lives here (``attempts``, ``next_attempt_at``), not in a broker countdown."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        SENDING = "sending"
+        DELIVERED = "delivered"
+        FAILED = "failed", "gave up"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.PROTECT, related_name="deliveries")
+    event_id = models.UUIDField(default=uuid.uuid4)  # the same for every endpoint told of one event
+    event_type = models.CharField(max_length=64)
+    payload = models.JSONField()
+    state = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_status_code = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # The beat task's "due or abandoned" scan (webhooks.webhook_deliveries_due).
+            models.Index(fields=["next_attempt_at"], name="invocations_whd_due",
+                         condition=Q(state__in=["pending", "sending"])),
+            models.Index(fields=["endpoint", "-created_at"], name="invocations_whd_endpoint"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=["pending", "sending", "delivered", "failed"]),
+                                   name="invocations_webhookdelivery_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} → {self.endpoint.url} [{self.state}]"
+
+
+class WebhookAttempt(models.Model):
+    """Every try of a delivery, kept: when, what came back, how long it took."""
+
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log")
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    response_excerpt = models.CharField(max_length=500, blank=True)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["delivery", "number"]
+        constraints = [models.UniqueConstraint(fields=["delivery", "number"], name="invocations_webhookattempt_unique")]
+
+
+class DecisionLinkUse(models.Model):
+    """A decision link that was opened (single use): its nonce can never open the page again."""
+
+    nonce = models.CharField(max_length=32, unique=True)
+    confirmation = models.ForeignKey(Confirmation, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    used_at = models.DateTimeField(auto_now_add=True)

@@ -21,10 +21,11 @@ from toolops.tracelog import trace_scope
 
 from .budgets import runs_wall_clock_sweep
 from .confirmations import confirmations_expire_due
-from .dispatch import EXECUTE_TASK, enqueue_execution, ready_invocations_sweep
+from .dispatch import EXECUTE_TASK, WEBHOOK_DELIVER_TASK, enqueue_execution, ready_invocations_sweep
 from .escalations import confirmations_escalate_due
 from .execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
+from .webhook_delivery import webhook_deliveries_due, webhook_delivery_attempt
 
 logger = logging.getLogger(__name__)
 
@@ -98,3 +99,15 @@ def runs_wall_clock_task() -> int:
 def confirmations_escalate_due_task() -> int:
     """Periodic: escalate pending confirmations nobody decided within their policy's time."""
     return confirmations_escalate_due()
+
+
+@shared_task(name=WEBHOOK_DELIVER_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def webhook_deliver_task(delivery_id: str) -> str:
+    """One try of one webhook delivery; a duplicate or early message loses the claim and exits."""
+    return webhook_delivery_attempt(delivery_id=delivery_id)
+
+
+@shared_task(name="webhooks.deliver_due", ignore_result=True)
+def webhooks_deliver_due_task() -> int:
+    """Periodic: re-send due webhook retries and deliveries abandoned mid-send."""
+    return webhook_deliveries_due()

@@ -6,7 +6,8 @@ the event carrying that seq. Zero rows changed means another writer moved the in
 ``TransitionConflict``, never an overwrite. A database trigger generated from the same table
 (``toolops.db_guards``) refuses any other edge, whoever writes.
 
-This module imports nothing of this app but its models: every other service builds on it.
+This module imports nothing of this app but its models and the webhook outbox (a call reaching a
+terminal state is announced from here): every other service builds on it.
 """
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ from django.utils import timezone
 
 from toolops.db_batch import execute_one, insert_returning_keys, insert_rows, set_clause
 from toolops.errors import Conflict
-from toolops.runtime.states import TransitionNotAllowed, is_allowed
+from toolops.runtime.states import TERMINAL, TransitionNotAllowed, is_allowed
 
 from .models import Event, Invocation
+from .webhooks import webhook_invocation_settled
 
 
 class TransitionConflict(Conflict):
@@ -78,6 +80,8 @@ def invocation_transition(
     for name, value in fields.items():
         setattr(invocation, name, value)
     invocation.event_seq = row[0]
+    if dst in TERMINAL:
+        webhook_invocation_settled(invocation)  # queued in the caller's transaction, sent after it commits
     return events[0]
 
 

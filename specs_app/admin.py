@@ -20,12 +20,12 @@ from guardian.admin import ReinforcedGuardedModelAdmin
 
 from toolops.runtime.mcp_definitions import definition_diff
 
-from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec, UpstreamTool
+from .models import ApiToken, Capability, Grant, GrantChange, PersonalToken, Subject, Tenant, ToolSpec, UpstreamTool
 from .upstream import (
     UpstreamUnavailable, upstream_confirm_class, upstream_import, upstream_new_version, upstream_refresh,
 )
 from .services import (
-    api_token_issue, api_token_revoke, grant_create, grant_revoke, grant_set_expiry, grant_tenants_for_user,
+    api_token_issue, api_token_revoke, grant_create, personal_token_revoke, grant_revoke, grant_set_expiry, grant_tenants_for_user,
     grant_validate, toolspec_new_version, toolspec_publish, toolspec_retire,
 )
 from .selectors import MANAGE_TOOLSPECS, tenants_for_user
@@ -97,6 +97,30 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request, queryset):
         for token in queryset:
             api_token_revoke(token=token)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).")
+
+
+@admin.register(PersonalToken)
+class PersonalTokenAdmin(admin.ModelAdmin):
+    """People's Approvals API tokens: each person issues their own (console → Your API tokens);
+    an admin sees who holds which and can revoke them."""
+
+    list_display = ["prefix", "user", "label", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["prefix", "label", "user__username"]
+    fields = readonly_fields = ["user", "label", "prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request, queryset):
+        for token in queryset:
+            personal_token_revoke(token=token)
         self.message_user(request, f"Revoked {queryset.count()} token(s).")
 
 

@@ -77,6 +77,27 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.subject})"
 
 
+class PersonalToken(models.Model):
+    """A person's (Django user's) token for the Approvals API. Only its SHA-256 is stored.
+
+    Kept apart from ``ApiToken`` on purpose: an agent's token never decides a confirmation and
+    a person's token never proposes a call (each API authenticates against its own table)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="personal_tokens")
+    label = models.CharField(max_length=200, blank=True)
+    prefix = models.CharField(max_length=16, db_index=True)
+    token_hash = models.CharField(max_length=64, unique=True)  # sha256 hex: the auth lookup
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+
 class SideEffectClass(models.TextChoices):
     READ_ONLY = "read_only", "read only"
     WRITE_IDEMPOTENT = "write_idempotent", "write, idempotent (accepts a key)"

@@ -23,7 +23,7 @@ from toolops.runtime.rendering import RenderableTool, ToolNameError, parse_tool_
 from toolops.runtime.tool_messages import ResultPolicy
 from toolops.runtime.validation import SchemaRefused, check_schema
 
-from .models import ApiToken, Capability, Grant, GrantChange, Subject, Tenant, ToolSpec
+from .models import ApiToken, Capability, Grant, GrantChange, PersonalToken, Subject, Tenant, ToolSpec
 from .selectors import toolspec_scope_q
 
 TOKEN_PREFIX = "tko_"
@@ -156,6 +156,22 @@ def api_token_issue(*, subject: Subject, label: str = "", user=None, secret: str
 
 def api_token_revoke(*, token: ApiToken) -> None:
     ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+PERSONAL_TOKEN_PREFIX = "tkp_"
+
+
+def personal_token_issue(*, user, label: str = "") -> tuple[PersonalToken, str]:
+    """Create an Approvals API token for ``user``; returns the row and the secret (shown once, never stored)."""
+    secret = PERSONAL_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = PersonalToken.objects.create(
+        user=user, label=label, prefix=secret[: len(PERSONAL_TOKEN_PREFIX) + 6], token_hash=token_hash(secret)
+    )
+    return token, secret
+
+
+def personal_token_revoke(*, token: PersonalToken) -> None:
+    PersonalToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 # --- grants -------------------------------------------------------------------------------

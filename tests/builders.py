@@ -1,7 +1,8 @@
 """Keyword-only builders for test data, in one module (instead of copy-pasted setup).
 
 - rows: ``make_tenant``, ``make_subject``, ``make_token``, ``make_capability``, ``make_grant``,
-  ``make_staff``; permissions: ``allow_approving``, ``allow_resolving`` (a (tenant, ToolSpec) pair);
+  ``make_staff``, ``make_approver`` (staff with a personal token, allowed to approve);
+  permissions: ``allow_approving``, ``allow_resolving`` (a (tenant, ToolSpec) pair);
 - ToolSpecs: ``make_toolspec`` (the weather tool by default), ``make_demo_spec`` (API.md's demo
   set, optionally copied under another name or changed), ``make_calendar_spec`` (a small calendar
   tool with two properties);
@@ -22,9 +23,9 @@ import uuid
 from datetime import timedelta
 
 from django.contrib.auth.models import User
-from guardian.shortcuts import assign_perm
 from django.db import connection, transaction
 from django.utils import timezone
+from guardian.shortcuts import assign_perm
 
 from invocations_app import admission, runs
 from invocations_app.confirmations import confirmation_approve
@@ -33,7 +34,7 @@ from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall,
 from specs_app.demo import DEMO_TOOLSPECS
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec
 from specs_app.selectors import grant_snapshots
-from specs_app.services import api_token_issue, toolspec_publish
+from specs_app.services import api_token_issue, personal_token_issue, toolspec_publish
 from toolops.db_guards import birth_guard_suspended
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome
 from toolops.runtime.states import State
@@ -276,6 +277,15 @@ def allow_approving(*, user, spec: ToolSpec | None = None, tenant: Tenant | None
 def allow_resolving(*, user, spec: ToolSpec | None = None, tenant: Tenant | None = None) -> None:
     """Let ``user`` see and resolve unknown outcomes of ``spec`` (None: every tool) in ``tenant`` (None: every tenant)."""
     _allow(user, tool_permission="resolve_toolspec", tenant_permission="resolve_calls", spec=spec, tenant=tenant)
+
+
+def make_approver(*, username: str, spec: ToolSpec | None = None) -> tuple[User, str]:
+    """A staff user with a personal (Approvals API) token; ``approve_toolspec`` on ``spec`` when given."""
+    user = make_staff(username=username)
+    if spec is not None:
+        allow_approving(user=user, spec=spec)
+    _, secret = personal_token_issue(user=user, label="test")
+    return user, secret
 
 
 def admit_proposal(*, subject: Subject, spec: ToolSpec, arguments: dict, timezone_name: str = "Europe/Paris") -> Invocation:

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from invocations_app import api as inv
+from invocations_app import approvals_api as approvals
 from specs_app import api as specs
 
 urlpatterns = [
@@ -16,4 +17,11 @@ urlpatterns = [
     path("invocations/<str:invocation_id>/tool-message", inv.InvocationToolMessageView.as_view(), name="invocation-tool-message"),
     path("invocations/<str:invocation_id>/result", inv.InvocationResultView.as_view(), name="invocation-result"),
     path("invocations/<str:invocation_id>/binary", inv.InvocationBinaryView.as_view(), name="invocation-binary"),
+    # The Approvals API (people, personal tokens).
+    path("confirmations", approvals.ConfirmationListView.as_view(), name="confirmations"),
+    path("confirmations/<uuid:confirmation_id>", approvals.ConfirmationDetailView.as_view(), name="confirmation-detail"),
+    path("confirmations/<uuid:confirmation_id>/approve", approvals.ConfirmationApproveView.as_view(), name="confirmation-approve"),
+    path("confirmations/<uuid:confirmation_id>/deny", approvals.ConfirmationDenyView.as_view(), name="confirmation-deny"),
+    path("confirmations/<uuid:confirmation_id>/approve-with-edits", approvals.ConfirmationApproveWithEditsView.as_view(),
+         name="confirmation-approve-with-edits"),
 ]

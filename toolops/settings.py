@@ -274,7 +274,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS",
-                            "InvocationErrorCodeEnum": "toolops.error_codes.INVOCATION_CHOICES"},
+                            "InvocationErrorCodeEnum": "toolops.error_codes.INVOCATION_CHOICES",
+                            "ConfirmationStateEnum": "invocations_app.approvals_api.STATES"},
     "APPEND_COMPONENTS": {"schemas": OPENAPI_SCHEMAS},
 }
 
@@ -378,6 +379,8 @@ CELERY_BEAT_SCHEDULE = {
     "runs-wall-clock": {"task": "invocations.runs_wall_clock", "schedule": 5.0},
     # Imported MCP tools: a changed or vanished upstream definition quarantines its ToolSpec.
     "refresh-upstream-definitions": {"task": "specs.upstream_refresh", "schedule": float(env_int("TOOLOPS_UPSTREAM_REFRESH_SECONDS", 60))},
+    # Webhook retries past the broker's countdown cap, and deliveries whose worker died mid-send.
+    "deliver-due-webhooks": {"task": "webhooks.deliver_due", "schedule": 5.0},
 }
 # See invocations_app/tasks.py for why: late acks + redelivery on worker loss, and a
 # visibility timeout far above any countdown we hand the broker (<= 60 s).
@@ -404,6 +407,11 @@ TOOLOPS_EGRESS_ALLOW = [e.strip() for e in os.environ.get("TOOLOPS_EGRESS_ALLOW"
 # The HMAC key for remote idempotency keys (toolops/runtime/remote_keys.py); default: derived
 # from SECRET_KEY. Changing it changes the keys new calls send; calls in flight keep theirs.
 TOOLOPS_REMOTE_KEY_SECRET = os.environ.get("TOOLOPS_REMOTE_KEY_SECRET", "")
+# Outgoing webhooks (invocations_app/webhook_delivery.py): attempts per delivery, the first
+# retry's delay (doubling after each failure, capped at an hour) and one attempt's deadline.
+TOOLOPS_WEBHOOK_MAX_ATTEMPTS = env_int("TOOLOPS_WEBHOOK_MAX_ATTEMPTS", 8)
+TOOLOPS_WEBHOOK_BACKOFF_SECONDS = env_int("TOOLOPS_WEBHOOK_BACKOFF_SECONDS", 10)
+TOOLOPS_WEBHOOK_TIMEOUT_SECONDS = env_int("TOOLOPS_WEBHOOK_TIMEOUT_SECONDS", 10)
 
 
 TOOLOPS_DEMO_NOTES_MCP_URL = os.environ.get("TOOLOPS_DEMO_NOTES_MCP_URL", "http://127.0.0.1:8766/mcp")

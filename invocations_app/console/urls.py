@@ -1,10 +1,11 @@
 """The console's URLs (under ``/console/``), each page group in its own namespace."""
 from django.urls import include, path
 
-from . import confirmations, dashboard, edits, record, support
+from . import confirmations, dashboard, edits, links, record, support, tokens
 
 urlpatterns = [
-    path("confirmations/", include((confirmations.urlpatterns + edits.urlpatterns, "confirmations"))),
+    path("confirmations/", include((confirmations.urlpatterns + edits.urlpatterns + links.urlpatterns, "confirmations"))),
+    path("tokens/", include((tokens.urlpatterns, "tokens"))),  # your Approvals API tokens
     path("", include((support.urlpatterns + record.urlpatterns, "support"))),  # unknown outcomes + the record of a call
     path("", include((dashboard.urlpatterns, "dashboard"))),  # operations dashboard (console home)
 ]

@@ -69,7 +69,7 @@ class Worker:
     """
 
     # What the beat of CELERY_BEAT_SCHEDULE sends (toolops/settings.py).
-    BEAT_TASKS = ("invocations.enqueue_due", "invocations.reconcile", "invocations.confirmations_expire_due")
+    BEAT_TASKS = ("invocations.enqueue_due", "invocations.reconcile", "invocations.confirmations_expire_due", "webhooks.deliver_due")
 
     def __init__(self, env: dict, log_path: Path):
         self.env, self.log_path, self.proc, self.log, self.offset = env, log_path, None, None, 0
@@ -216,6 +216,8 @@ def _settings_env(settings) -> dict:
     return {
         "TOOLOPS_TOOL_SECRETS": json.dumps(settings.TOOLOPS_TOOL_SECRETS),
         "TOOLOPS_EGRESS_ALLOW": ",".join(settings.TOOLOPS_EGRESS_ALLOW),
+        "TOOLOPS_WEBHOOK_BACKOFF_SECONDS": str(settings.TOOLOPS_WEBHOOK_BACKOFF_SECONDS),
+        "TOOLOPS_WEBHOOK_MAX_ATTEMPTS": str(settings.TOOLOPS_WEBHOOK_MAX_ATTEMPTS),
     }
 
 
@@ -233,7 +235,8 @@ def worker(request, module_worker, worker_env, settings):
     module_worker.mark()
     yield module_worker
     # Shown by pytest when a test fails; the periodic beat chatter is left out.
-    noise = ("Scheduler: Sending", "invocations.enqueue_due", "invocations.reconcile[", "confirmations_expire_due")
+    noise = ("Scheduler: Sending", "invocations.enqueue_due", "invocations.reconcile[", "confirmations_expire_due",
+             "webhooks.deliver_due")
     lines = [line for line in module_worker.output().splitlines() if not any(n in line for n in noise)]
     print("---- worker log ----\n" + "\n".join(lines[-120:]))
     if getattr(request.node, "call_failed", False):

@@ -17,7 +17,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django.contrib.auth.models import User
+
 from invocations_app.confirmations import confirmations_expire_due
+from invocations_app.decision_links import decision_link_token
+from specs_app.services import personal_token_issue
 from invocations_app.models import Confirmation, ResultBody, ToolMessage
 from tests.builders import allow_approving, CALENDAR_ARGS, admit_proposal, make_demo_spec, make_staff
 from rest_framework.test import APIClient
@@ -109,6 +113,25 @@ def test_it_writes_nothing_when_an_agent_reads_an_overdue_call(overdue):
     assert writes_of(ctx) == []
     assert resp.json()["state"] == "AUTHORIZED" and resp.json()["confirmation"]["state"] == "pending"
     assert "awaiting_confirmation" in message.content.decode()
+
+
+def test_it_writes_nothing_when_a_person_reads_the_approvals_api_or_a_decision_link(overdue):
+    confirmation, client = overdue
+    _, secret = personal_token_issue(user=User.objects.get(username="approver"), label="bot")
+    person = Agent(APIClient(), secret)
+    assert person.get("/api/v1/confirmations").status_code == 200  # takes the token's last-use stamp
+    with CaptureQueriesContext(connection) as ctx:
+        listing = person.get("/api/v1/confirmations")
+        detail = person.get(f"/api/v1/confirmations/{confirmation.pk}")
+    assert listing.status_code == 200 and detail.status_code == 200
+    assert writes_of(ctx) == []
+    assert listing.json()["count"] == 0  # past its time: not offered, and not expired by a read either
+    token = decision_link_token(confirmation=confirmation, user=User.objects.get(username="approver"),
+                                expires_at=timezone.now() + timedelta(minutes=5))
+    with CaptureQueriesContext(connection) as ctx:
+        client.get(f"/console/confirmations/link/{token}/")
+    assert writes_of(ctx) == []
+    assert Confirmation.objects.get(pk=confirmation.pk).state == "pending"
 
 
 def test_it_stores_a_rejections_tool_messages_with_the_rejection_and_reads_them_without_writing(agent, weather):

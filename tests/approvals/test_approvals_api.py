@@ -1,0 +1,144 @@
+"""The Approvals API: people decide over REST with personal tokens, scoped like the console."""
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from invocations_app.models import Confirmation, Invocation
+from specs_app.models import PersonalToken
+from specs_app.services import personal_token_revoke
+from tests.builders import Agent, make_approver
+
+pytestmark = pytest.mark.django_db
+
+
+def person(secret: str) -> Agent:
+    return Agent(APIClient(), secret)  # the same Bearer client; the token decides who it is
+
+
+@pytest.fixture
+def ann(pending):
+    return person(make_approver(username="ann", spec=pending.tool_spec)[1])
+
+
+@pytest.fixture
+def stranger(pending):
+    return person(make_approver(username="sam")[1])  # staff, but no approve_toolspec on the calendar
+
+
+def test_it_lists_pending_confirmations_the_person_may_decide(ann, pending):
+    resp = ann.get("/api/v1/confirmations", state="pending")
+    assert resp.status_code == 200, resp.content
+    body = resp.json()
+    assert body["count"] == 1
+    item = body["results"][0]
+    assert item["id"] == str(pending.pk) and item["invocation_id"] == str(pending.invocation_id)
+    assert item["tool"] == "calendar.create_event@1" and item["digest"] == pending.digest
+    assert item["approvals_needed"] == 1 and item["approvals"] == []
+    assert "title: Passport" in item["arguments_display"]
+    assert item["why"] and item["expires_at"] and item["requested_at"]
+
+
+def test_it_shows_a_person_without_the_permission_nothing(stranger, pending):
+    assert stranger.get("/api/v1/confirmations").json()["count"] == 0
+    assert stranger.get(f"/api/v1/confirmations/{pending.pk}").status_code == 403
+
+
+def test_it_lets_a_person_without_the_permission_decide_nothing(stranger, pending):
+    answers = [
+        stranger.post(f"/api/v1/confirmations/{pending.pk}/approve", {"digest": pending.digest}),
+        stranger.post(f"/api/v1/confirmations/{pending.pk}/deny", {"reason": "no"}),
+        stranger.post(f"/api/v1/confirmations/{pending.pk}/approve-with-edits",
+                      {"digest": pending.digest, "arguments": {**pending.arguments, "title": "x"}}),
+    ]
+    assert [a.status_code for a in answers] == [403, 403, 403]
+    assert all(a["Content-Type"] == "application/problem+json" and a.json()["code"] == "forbidden" for a in answers)
+    pending.refresh_from_db()
+    assert pending.state == "pending" and Invocation.objects.count() == 1
+
+
+def test_it_refuses_an_agent_token_here_and_a_person_token_on_the_agent_api(agent, ann, pending):
+    answer = agent.get("/api/v1/confirmations")
+    assert answer.status_code == 401 and answer.json()["code"] == "unauthenticated"
+    assert agent.post(f"/api/v1/confirmations/{pending.pk}/approve", {"digest": pending.digest}).status_code == 401
+    assert ann.post("/api/v1/runs", {"timezone": "UTC"}).status_code == 401
+    assert ann.get(f"/api/v1/invocations/{pending.invocation_id}").status_code == 401
+    pending.refresh_from_db()
+    assert pending.state == "pending"
+
+
+def test_it_refuses_a_revoked_token(ann, pending):
+    personal_token_revoke(token=PersonalToken.objects.get(user__username="ann"))
+    assert ann.get("/api/v1/confirmations").status_code == 401
+
+
+def test_it_approves_the_digest_the_person_saw(ann, pending):
+    resp = ann.post(f"/api/v1/confirmations/{pending.pk}/approve", {"digest": pending.digest})
+    assert resp.status_code == 200, resp.content
+    body = resp.json()
+    assert body["confirmation"]["state"] == "approved" and body["confirmation"]["decided_by"] == "ann"
+    assert body["invocation"] == {"id": str(pending.invocation_id), "state": "PREPARED", "digest": pending.digest}
+
+
+def test_it_answers_409_digest_mismatch_and_approves_nothing(ann, pending):
+    resp = ann.post(f"/api/v1/confirmations/{pending.pk}/approve", {"digest": "0" * 64})
+    assert resp.status_code == 409
+    assert resp["Content-Type"] == "application/problem+json"
+    assert resp.json()["code"] == "digest_mismatch" and resp.json()["digest"] == pending.digest
+    pending.refresh_from_db()
+    assert pending.state == "pending"
+    assert Invocation.objects.get(pk=pending.invocation_id).state == "AUTHORIZED"
+
+
+def test_it_requires_a_reason_to_deny(ann, pending):
+    for body in ({}, {"reason": "   "}):
+        resp = ann.post(f"/api/v1/confirmations/{pending.pk}/deny", body)
+        assert resp.status_code == 400 and resp.json()["code"] == "reason_required", resp.content
+    pending.refresh_from_db()
+    assert pending.state == "pending"
+    resp = ann.post(f"/api/v1/confirmations/{pending.pk}/deny", {"reason": "wrong calendar"})
+    assert resp.status_code == 200
+    assert resp.json()["invocation"]["state"] == "AUTHORIZATION_REJECTED"
+    assert resp.json()["confirmation"]["reason"] == "wrong calendar"
+
+
+def test_it_tells_a_second_decision_that_the_first_one_won(ann, pending):
+    ann.post(f"/api/v1/confirmations/{pending.pk}/deny", {"reason": "no"})
+    resp = ann.post(f"/api/v1/confirmations/{pending.pk}/approve", {"digest": pending.digest})
+    assert resp.status_code == 409 and resp.json()["code"] == "already_decided"
+
+
+def test_it_approves_edited_arguments_under_their_new_digest(ann, pending):
+    edited = {**pending.arguments, "duration_minutes": 30}
+    resp = ann.post(f"/api/v1/confirmations/{pending.pk}/approve-with-edits", {"digest": pending.digest, "arguments": edited})
+    assert resp.status_code == 200, resp.content
+    replacement = Invocation.objects.get(pk=resp.json()["invocation"]["id"])
+    assert replacement.edited_from_id == pending.invocation_id and replacement.state == "PREPARED"
+    assert replacement.normalized_arguments["duration_minutes"] == 30 and replacement.digest != pending.digest
+    assert resp.json()["confirmation"]["state"] == "edited"
+
+
+def test_it_refuses_edits_whose_digest_is_not_the_one_announced(ann, pending):
+    edited = {**pending.arguments, "duration_minutes": 30}
+    resp = ann.post(f"/api/v1/confirmations/{pending.pk}/approve-with-edits",
+                    {"digest": pending.digest, "arguments": edited, "new_digest": "f" * 64})
+    assert resp.status_code == 409 and resp.json()["code"] == "digest_mismatch"
+    pending.refresh_from_db()
+    assert pending.state == "pending" and Invocation.objects.count() == 1
+
+
+def test_it_shows_the_interpretation_trail_and_the_record_link(ann, pending):
+    body = ann.get(f"/api/v1/confirmations/{pending.pk}").json()
+    assert '"title": "Passport"' in body["interpretation"]["raw_arguments"]
+    assert body["interpretation"]["normalization_context"]["timezone"] == "Asia/Shanghai"
+    assert isinstance(body["interpretation"]["trace"], list)
+    assert body["record_url"].endswith(f"/console/calls/{pending.invocation_id}/")
+
+
+def test_it_lists_decided_ones_by_state_and_pages(ann, pending):
+    ann.post(f"/api/v1/confirmations/{pending.pk}/deny", {"reason": "no"})
+    assert ann.get("/api/v1/confirmations").json()["count"] == 0
+    denied = ann.get("/api/v1/confirmations", state="denied", page_size=1).json()
+    assert denied["count"] == 1 and denied["results"][0]["state"] == "denied"
+    assert ann.get("/api/v1/confirmations", state="bogus").status_code == 400
+    assert Confirmation.objects.get(pk=pending.pk).state == "denied"
