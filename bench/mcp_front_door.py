@@ -67,7 +67,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:  # slow starts on a loaded machine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
