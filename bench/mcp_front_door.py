@@ -67,7 +67,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_http(url: str, proc: subprocess.Popen, timeout: float = 30) -> None:
+def wait_http(url: str, proc: subprocess.Popen, timeout: float = 90) -> None:  # slow starts on a loaded machine
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -96,8 +96,13 @@ def start(env: dict, inline: bool) -> tuple[list[subprocess.Popen], str, str]:
                           "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--without-gossip", "--without-mingle"],
                          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
     ]
-    wait_http(f"{demo_url}/web/pages/small", procs[0])
-    wait_http(mcp_url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp"), procs[1])
+    try:
+        wait_http(f"{demo_url}/web/pages/small", procs[0])
+        wait_http(mcp_url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp"), procs[1])
+    except BaseException:
+        for proc in procs:  # a slow start must not leave them running
+            proc.terminate()
+        raise
     return procs, demo_url, mcp_url
 
 

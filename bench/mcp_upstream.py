@@ -67,7 +67,11 @@ def start_upstream() -> tuple[subprocess.Popen, str]:
     line = proc.stdout.readline()
     if "listening on" not in line:
         raise SystemExit(f"notes MCP server did not start: {line}")
-    return proc, line.strip().rsplit(" ", 1)[-1]
+    url = line.strip().rsplit(" ", 1)[-1]
+    # The worker (started after this) may reach this loopback upstream: the operator's egress allow-list.
+    allow = [e for e in os.environ.get("TOOLOPS_EGRESS_ALLOW", "").split(",") if e]
+    os.environ["TOOLOPS_EGRESS_ALLOW"] = ",".join([*allow, url.split("://", 1)[1].split("/", 1)[0]])
+    return proc, url
 
 
 def start_worker() -> subprocess.Popen:

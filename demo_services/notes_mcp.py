@@ -10,9 +10,11 @@ Tools:
 
 Control surface for tests and demos (plain HTTP beside ``/mcp``):
 
-* ``POST /_control/faults`` ``{"tool", "fault": "delay"|"error"|"commit_then_drop", "seconds"?}``
-  queues one fault for the next call of that tool (FIFO). ``commit_then_drop`` performs the
-  write and then closes the connection without an answer.
+* ``POST /_control/faults`` ``{"tool", "fault": "delay"|"error"|"commit_then_drop"|"flood",
+  "seconds"?, "bytes"?}`` queues one fault for the next call of that tool (FIFO).
+  ``commit_then_drop`` performs the write and then closes the connection without an answer;
+  ``flood`` performs it and answers with a JSON-RPC response streamed to ``bytes`` (default
+  256 MiB) — a hostile upstream's endless answer, generated as it is sent (never held whole).
 * ``POST /_control/definition`` ``{"tool", "description"?, "input_schema"?, "annotations"?,
   "remove"?}`` changes (or removes) what ``tools/list`` advertises — a "rug pull".
 * ``GET /_control/requests`` — every MCP request seen (method, tool, ``_meta``, headers);
@@ -43,7 +45,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
-FAULTS = ("delay", "error", "commit_then_drop")
+FAULTS = ("delay", "error", "commit_then_drop", "flood")
+FLOOD_CHUNK = b"A" * 65536
 
 _NOTE = {
     "type": "object",
@@ -111,6 +114,7 @@ class NotesState:
         self.definitions = copy.deepcopy(BASE_DEFINITIONS)
         self.requests: list[dict] = []
         self.drop_request_ids: set[str] = set()
+        self.flood_request_ids: dict[str, int] = {}  # request id → bytes to stream instead of the answer
 
     def take_fault(self, tool: str) -> dict | None:
         queue = self.faults.get(tool)
@@ -150,6 +154,9 @@ def build_server(state: NotesState) -> Server:
         if fault and fault["fault"] == "commit_then_drop":
             with state.lock:
                 state.drop_request_ids.add(str(ctx.request_id))
+        if fault and fault["fault"] == "flood":
+            with state.lock:
+                state.flood_request_ids[str(ctx.request_id)] = int(fault.get("bytes", 256 << 20))
         return result
 
     def input_schema(name: str):
@@ -227,6 +234,9 @@ class _DropAndAuth:
                 return
             if message["type"] == "http.response.body" and held:
                 start = held.pop()
+                flood = self._flood_size(message.get("body", b""))
+                if flood:
+                    return await self._flood(send, start, message.get("body", b""), flood)
                 if self._should_drop(message.get("body", b"")):
                     await send(start)
                     # The response has started: uvicorn can only close the connection now.
@@ -235,6 +245,32 @@ class _DropAndAuth:
             await send(message)
 
         await self.app(scope, receive, guarded_send)
+
+    def _flood_size(self, body: bytes) -> int:
+        with self.state.lock:
+            if not self.state.flood_request_ids:
+                return 0
+            try:
+                request_id = str(json.loads(body).get("id"))
+            except (ValueError, AttributeError):
+                return 0
+            return self.state.flood_request_ids.pop(request_id, 0)
+
+    @staticmethod
+    async def _flood(send, start: dict, body: bytes, size: int) -> None:
+        """A well-formed JSON-RPC answer whose text runs to ``size`` bytes, streamed chunk by
+        chunk; stops when the client goes away."""
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        request_id = json.dumps(json.loads(body).get("id"))
+        head = ('{"jsonrpc":"2.0","id":' + request_id + ',"result":{"content":[{"type":"text","text":"').encode()
+        try:
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": head, "more_body": True})
+            for _ in range(max(1, size // len(FLOOD_CHUNK))):
+                await send({"type": "http.response.body", "body": FLOOD_CHUNK, "more_body": True})
+            await send({"type": "http.response.body", "body": b'"}]}}', "more_body": False})
+        except OSError:
+            pass  # the client stopped reading: what a capped client does
 
     def _should_drop(self, body: bytes) -> bool:
         with self.state.lock:

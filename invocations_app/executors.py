@@ -95,7 +95,7 @@ def execute(*, config: dict, arguments: Any, ctx: AttemptContext) -> ExecutionOu
     if kind == "http":
         return _execute_http(config, arguments, ctx)
     if kind == "mcp":
-        return mcp_upstream.execute_mcp(config=config, arguments=arguments, ctx=ctx)
+        return mcp_upstream.execute_mcp(config=config, arguments=arguments, ctx=ctx, openers=operator_openers())
     return ExecutionOutcome(
         commit=Commit.NOT_COMMITTED if ctx.side_effect_class != "read_only" else Commit.NOT_APPLICABLE,
         failure_class="not_reached", error={"code": "no_executor", "message": f"tool has no executor (kind={kind!r})"},
@@ -110,7 +110,7 @@ def lookup(*, config: dict, arguments: Any, ctx: AttemptContext) -> LookupOutcom
     if config.get("kind") == "python":
         return _import(spec)(arguments, ctx)
     if config.get("kind") == "mcp":
-        return mcp_upstream.lookup_mcp(config=config, arguments=arguments, ctx=ctx)
+        return mcp_upstream.lookup_mcp(config=config, arguments=arguments, ctx=ctx, openers=operator_openers())
     try:
         url = _render_url(spec["url"], arguments, ctx)
         resp = http_client.send(
@@ -198,11 +198,13 @@ def _secret_headers(config: dict) -> frozenset[str]:
 
 def operator_openers() -> frozenset[tuple[str, int]]:
     """Addresses the operator lets ToolSpec-fixed endpoints reach although they are private:
-    ``TOOLOPS_EGRESS_ALLOW`` plus the demo services' own address (``{base}``)."""
+    ``TOOLOPS_EGRESS_ALLOW`` plus the demo services' own addresses (``{base}`` and the demo
+    notes MCP server ``make run`` starts)."""
     entries = list(getattr(settings, "TOOLOPS_EGRESS_ALLOW", ()) or ())
-    base = urlsplit(settings.TOOLOPS_DEMO_SERVICES_URL)
-    if base.hostname and base.port:
-        entries.append(f"{base.hostname}:{base.port}" if ":" not in base.hostname else f"[{base.hostname}]:{base.port}")
+    for url in (settings.TOOLOPS_DEMO_SERVICES_URL, settings.TOOLOPS_DEMO_NOTES_MCP_URL):
+        base = urlsplit(url)
+        if base.hostname and base.port:
+            entries.append(f"{base.hostname}:{base.port}" if ":" not in base.hostname else f"[{base.hostname}]:{base.port}")
     try:
         return frozenset(openers_from_allowlist(entries))
     except ValueError:

@@ -109,6 +109,13 @@ def send(request: HttpRequest, policy: EgressPolicy) -> HttpResponse:
     raise AssertionError("unreachable")  # the loop returns on its last hop
 
 
+def checked_address(url: str, openers: frozenset[tuple[str, int]], deadline: float) -> tuple[Target, str]:
+    """Steps 1–2 for a client that does its own I/O (the MCP executor's SDK client): the URL as
+    a target and the one checked address to connect to; ``EgressRefused`` or ``TransportFailure``."""
+    target = target_for(url)
+    return target, check_addresses(target, _resolve(target, deadline), set(openers))
+
+
 def _authorize_hop(target: Target, policy: EgressPolicy, first_origin, hop: int) -> None:
     if policy.url_from_arguments:
         if not hop_in_scope(target, policy.grants):

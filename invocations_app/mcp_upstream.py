@@ -14,7 +14,13 @@ Rules, the same as for the HTTP executor:
 * credentials come from ``settings.TOOLOPS_TOOL_SECRETS`` by reference; the agent's token never
   leaves ToolOps; the (tenant-scoped) idempotency key and the attempt's ``traceparent`` go in
   ``_meta``;
-* one wall-clock deadline per attempt and a response-size cap (``toolops.mcp_client``);
+* the egress policy of the HTTP executor (``http_client.checked_address``): http(s) only, the
+  host resolved once and every address checked against the deny-list (a private address only
+  when the operator's ``TOOLOPS_EGRESS_ALLOW`` names that address and port), the SDK client
+  pinned to that address and origin, no redirects;
+* one wall-clock deadline per attempt and a response-size cap (the smaller of the executor's
+  ``max_response_bytes`` and the ToolSpec's result policy): an answer past it is not read on
+  — a read fails permanently with ``response_too_large``, a write's commit is unknown;
 * outcomes: ``structuredContent``/``content`` → the value; ``isError`` → business rejection
   (the tool answered: nothing committed); not reached → ``not_reached``; a timeout or dropped
   connection after the call was written → ``timeout_unknown`` (a write's commit is unknown:
@@ -30,10 +36,13 @@ from django.core.exceptions import ValidationError
 
 from specs_app.upstream import credential_headers, upstream_drift_seen, upstream_state_for_ref
 from toolops import mcp_client
+from toolops.runtime.egress import EgressRefused
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
 from toolops.runtime.mcp_definitions import QUARANTINED, result_value, upstream_meta
 from toolops.runtime.rendering import parse_tool_ref
 from toolops.runtime.requirements import resolve_pointer
+
+from . import http_client
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +81,18 @@ def quarantine_refusal(ctx) -> ExecutionOutcome | None:
     return None
 
 
-def execute_mcp(*, config: dict, arguments: Any, ctx) -> ExecutionOutcome:
+def egress_pin(config: dict, ctx, openers: frozenset) -> mcp_client.Pin:
+    """The upstream's checked address (``EgressRefused`` / ``TransportFailure`` before sending)."""
+    target, address = http_client.checked_address(str(config.get("url") or ""), openers, ctx.attempt_deadline())
+    return mcp_client.Pin(target.parts.scheme, target.parts.host, target.parts.port, address)
+
+
+def response_cap(config: dict, ctx) -> int:
+    return min(int(config.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)), int(ctx.max_response_bytes))
+
+
+def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = frozenset()) -> ExecutionOutcome:
+    """One attempt; ``openers``: the operator's allow-listed (address, port) pairs."""
     refusal = quarantine_refusal(ctx)
     if refusal is not None:
         return refusal
@@ -80,14 +100,20 @@ def execute_mcp(*, config: dict, arguments: Any, ctx) -> ExecutionOutcome:
         headers = credential_headers(config.get("credential") or "")
     except ValidationError as exc:
         return _refused(ctx, "executor_misconfigured", "; ".join(exc.messages))
+    try:
+        pin = egress_pin(config, ctx, openers)
+    except EgressRefused as exc:
+        return _refused(ctx, exc.code, exc.message)
+    except http_client.TransportFailure as exc:
+        return ExecutionOutcome(commit=_not_committed(ctx), failure_class="not_reached",
+                                error={"code": "not_reached", "message": exc.message})
     write = ctx.side_effect_class != "read_only"
     meta = upstream_meta(idempotency_key=remote_idempotency_key(ctx) if write else None, traceparent=ctx.traceparent)
     try:
         result = mcp_client.call_tool(
             url=config["url"], headers=headers, name=config["tool"],
             arguments=arguments if isinstance(arguments, dict) else {}, meta=meta, timeout=ctx.timeout_seconds,
-            max_bytes=int(config.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)),
-            pinned_sha256=config.get("definition_sha256"),
+            max_bytes=response_cap(config, ctx), pinned_sha256=config.get("definition_sha256"), pin=pin,
         )
     except mcp_client.DefinitionDrift as drift:
         name, version = parse_tool_ref(ctx.tool_ref)
@@ -114,6 +140,10 @@ def _failure(failure: mcp_client.UpstreamFailure, ctx) -> ExecutionOutcome:
     if not failure.reached:
         return ExecutionOutcome(commit=_not_committed(ctx), failure_class="not_reached", detail=detail,
                                 error={"code": "not_reached", "message": str(failure)})
+    if failure.kind == "too_large" and read_only:
+        # The same question gets the same oversized answer: retrying only repeats the transfer.
+        return ExecutionOutcome(commit=Commit.NOT_APPLICABLE, failure_class="permanent", detail=detail,
+                                error={"code": "response_too_large", "message": str(failure)})
     if failure.kind == "jsonrpc_error":
         if failure.code in REQUEST_ERROR_CODES:
             return ExecutionOutcome(commit=_not_committed(ctx), failure_class="permanent", detail=detail,
@@ -145,17 +175,23 @@ def _resource_id(pointer: str | None, value: Any) -> str | None:
     return str(rid) if found and rid is not None else None
 
 
-def lookup_mcp(*, config: dict, arguments: Any, ctx) -> LookupOutcome:
+def lookup_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = frozenset()) -> LookupOutcome:
     """Ask the upstream's lookup tool whether the effect with this key exists."""
     spec = config.get("lookup") or {}
     if not spec.get("tool"):
         return LookupOutcome(committed=None, detail={"reason": "tool offers no lookup"})
     try:
+        pin = egress_pin(config, ctx, openers)
+    except EgressRefused as exc:
+        return LookupOutcome(committed=None, detail={"reason": f"the egress policy refused the lookup ({exc.code})"})
+    except http_client.TransportFailure:
+        return LookupOutcome(committed=None, detail={"reason": "the upstream could not be reached"})
+    try:
         result = mcp_client.call_tool(
             url=config["url"], headers=credential_headers(config.get("credential") or ""), name=spec["tool"],
             arguments={spec.get("key_argument", "idempotency_key"): remote_idempotency_key(ctx)},
             meta=upstream_meta(idempotency_key=None, traceparent=ctx.traceparent), timeout=ctx.timeout_seconds,
-            max_bytes=int(config.get("max_response_bytes", DEFAULT_MAX_RESPONSE_BYTES)),
+            max_bytes=response_cap(config, ctx), pin=pin,
         )
     except mcp_client.UpstreamFailure as failure:
         return LookupOutcome(committed=None, detail={"error": failure.kind, "phase": failure.phase})

@@ -35,6 +35,22 @@ class ResponseTooLarge(Exception):
     """The upstream's response went past the cap; the rest was not read."""
 
 
+class OffOrigin(Exception):
+    """The client tried to send somewhere other than the checked upstream origin."""
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Where the egress check said the upstream is: every request must go to this origin, and
+    connects to ``address`` (checked once; never resolved again) while ``Host`` and TLS still
+    use the name."""
+
+    scheme: str
+    host: str
+    port: int
+    address: str
+
+
 class UpstreamFailure(Exception):
     """One exchange failed. ``reached``: the ``tools/call`` may have been processed."""
 
@@ -77,13 +93,26 @@ class _CappedStream(httpx2.AsyncByteStream):
 
 
 class _CappedTransport(httpx2.AsyncBaseTransport):
-    """Streams each response body through a byte counter that stops at ``limit``, and notes the
-    last HTTP status (the SDK folds a non-2xx answer into a generic JSON-RPC error)."""
+    """Streams each response body through a byte counter that stops at ``limit``, notes the
+    last HTTP status (the SDK folds a non-2xx answer into a generic JSON-RPC error) and, with a
+    ``pin``, sends only to the pinned origin, connecting to its checked address."""
 
-    def __init__(self, limit: int, state: dict):
+    def __init__(self, limit: int, state: dict, pin: Pin | None = None):
         self.inner, self.limit, self.state = httpx2.AsyncHTTPTransport(verify=_ssl_context()), limit, state
+        self.pin = pin
+
+    def _pinned(self, request):
+        pin, url = self.pin, request.url
+        port = url.port or {"http": 80, "https": 443}.get(url.scheme)
+        if (url.scheme, url.host, port) != (pin.scheme, pin.host, pin.port):
+            raise OffOrigin(f"refused to send to {url.scheme}://{url.host}:{port}: not the upstream's origin")
+        request.url = url.copy_with(host=pin.address)  # the Host header was set from the name already
+        request.extensions = {**request.extensions, "sni_hostname": pin.host}
+        return request
 
     async def handle_async_request(self, request):
+        if self.pin is not None:
+            request = self._pinned(request)
         response = await self.inner.handle_async_request(request)
         self.state["http_status"] = response.status_code
         response.stream = _CappedStream(response.stream, self.limit)
@@ -99,9 +128,10 @@ def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _http_client(headers: dict[str, str], timeout: float, max_bytes: int, state: dict) -> httpx2.AsyncClient:
+def _http_client(headers: dict[str, str], timeout: float, max_bytes: int, state: dict,
+                 pin: Pin | None = None) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(
-        headers=headers, transport=_CappedTransport(max_bytes, state), follow_redirects=False,
+        headers=headers, transport=_CappedTransport(max_bytes, state, pin), follow_redirects=False,
         timeout=httpx2.Timeout(timeout),
     )
 
@@ -129,6 +159,8 @@ def _classify(exc: BaseException, phase: str, http_status: int | None) -> Upstre
             return UpstreamFailure("timeout", f"no answer within the deadline ({phase})", phase=phase, reached=sent)
         if isinstance(leaf, ResponseTooLarge):
             return UpstreamFailure("too_large", str(leaf), phase=phase, reached=sent)
+        if isinstance(leaf, OffOrigin):
+            return UpstreamFailure("off_origin", str(leaf), phase=phase, reached=False)
         if isinstance(leaf, (httpx2.ConnectError, httpx2.ConnectTimeout)):
             return UpstreamFailure("not_reached", f"{type(leaf).__name__} connecting to the upstream", phase=phase, reached=False)
         if isinstance(leaf, (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)):
@@ -214,12 +246,12 @@ async def _listing(client: Client) -> list[dict]:
     return tools
 
 
-def list_tools(*, url: str, headers: dict[str, str], timeout: float, max_bytes: int) -> list[dict]:
+def list_tools(*, url: str, headers: dict[str, str], timeout: float, max_bytes: int, pin: Pin | None = None) -> list[dict]:
     """The upstream's ``tools/list`` (all pages) as wire-form dicts."""
     state = {"phase": CONNECT, "url": url}
 
     async def go():
-        async with _http_client(headers, timeout, max_bytes, state) as http, _client(url, http) as client:
+        async with _http_client(headers, timeout, max_bytes, state, pin) as http, _client(url, http) as client:
             _remember(url, client)
             state["phase"] = LIST
             return await _listing(client)
@@ -229,14 +261,15 @@ def list_tools(*, url: str, headers: dict[str, str], timeout: float, max_bytes: 
 
 def call_tool(
     *, url: str, headers: dict[str, str], name: str, arguments: Any, meta: dict, timeout: float, max_bytes: int,
-    pinned_sha256: str | None = None,
+    pinned_sha256: str | None = None, pin: Pin | None = None,
 ) -> CallResult:
     """List, check the live definition against ``pinned_sha256`` (``DefinitionDrift`` before
-    anything is sent), then ``tools/call`` — all in one session under one deadline."""
+    anything is sent), then ``tools/call`` — all in one session under one deadline. With ``pin``
+    (the egress check's answer) every request goes to that origin's checked address."""
     state = {"phase": CONNECT, "url": url}
 
     async def go():
-        async with _http_client(headers, timeout, max_bytes, state) as http, _client(url, http) as client:
+        async with _http_client(headers, timeout, max_bytes, state, pin) as http, _client(url, http) as client:
             _remember(url, client)
             listed = None
             if pinned_sha256 is not None:

@@ -42,11 +42,12 @@ from .tasks import EXTENSION as TASKS_EXTENSION
 from .tasks import (
     TaskIdParams, TaskUpdateParams, client_accepts_tasks, require_tasks_capability, task_cancel, task_created, task_get,
 )
+from .wakeups import FALLBACK_SECONDS, WAKEUPS
 
 RAW_BODY_KEY = "toolops.raw_body"
 SESSION_HEADER = "mcp-session-id"
-# Polling a settling call (one indexed one-column read): start fast, as a read-only call
-# settles in a few ms, and back off slowly to this.
+# Without the wake-up listener, polling a settling call (one indexed one-column read): start
+# fast, as a read-only call settles in a few ms, and back off slowly to this.
 _POLL_FIRST, _POLL_GROWTH, _POLL_MAX = 0.001, 1.2, 0.02
 
 
@@ -164,17 +165,26 @@ def _pending(result: dict) -> bool:
 
 
 async def _wait_for_answer(request: McpRequest, invocation_id, *, past_confirmation: bool = False) -> dict:
-    """Poll until the call settles (with ``past_confirmation``: until a person has decided too)
-    or ``TOOLOPS_MCP_WAIT_SECONDS`` pass. A client that goes away only stops this wait: nothing
-    here cancels the call."""
+    """Wait until the call settles (with ``past_confirmation``: until a person has decided too)
+    or ``TOOLOPS_MCP_WAIT_SECONDS`` pass, re-reading the row when its state changes (a
+    PostgreSQL notification, ``wakeups.py``) or, without a listener, polling. A client that goes
+    away only stops this wait: nothing here cancels the call."""
     deadline = time.monotonic() + settings.TOOLOPS_MCP_WAIT_SECONDS
     pause = _POLL_FIRST
     answer = None
-    while time.monotonic() < deadline:
-        await anyio.sleep(pause)
-        answer = await in_db_thread(mcp_call_poll, subject=request.subject, invocation_id=invocation_id)
-        if answer is not None and not (past_confirmation and _pending(answer)):
-            return answer
+    while True:
+        wake = WAKEUPS.arm(invocation_id)  # before reading: a change committed after the read wakes us
+        try:
+            answer = await in_db_thread(mcp_call_poll, subject=request.subject, invocation_id=invocation_id)
+            if answer is not None and not (past_confirmation and _pending(answer)):
+                return answer
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with anyio.move_on_after(min(remaining, FALLBACK_SECONDS if WAKEUPS.listening else pause)):
+                await wake.wait()
+        finally:
+            WAKEUPS.disarm(invocation_id, wake)
         pause = min(pause * _POLL_GROWTH, _POLL_MAX)
     return answer or await in_db_thread(mcp_call_still_running, subject=request.subject, invocation_id=invocation_id)
 
@@ -182,7 +192,10 @@ async def _wait_for_answer(request: McpRequest, invocation_id, *, past_confirmat
 @contextlib.asynccontextmanager
 async def _lifespan(server: Server[Any]):
     install_db_executor()
-    yield {}
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(WAKEUPS.listen)
+        yield {}
+        tasks.cancel_scope.cancel()
 
 
 def build_server() -> Server[Any]:

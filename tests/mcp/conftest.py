@@ -54,6 +54,7 @@ class McpServer:
             except httpx2.TransportError:
                 pass
             time.sleep(0.1)
+        self.stop()  # not left running behind a failed fixture
         raise RuntimeError(f"MCP server did not come up in 30 s: {self.output()[-3000:]}")
 
     @property

@@ -28,6 +28,7 @@ class NotesUpstream:
     def __init__(self, url: str, proc: subprocess.Popen):
         self.url, self.proc = url, proc
         self.base = url.rsplit("/mcp", 1)[0]
+        self.address = self.base.split("://", 1)[1]  # IP:PORT, as the egress allow-list names it
 
     def reset(self) -> None:
         requests.post(f"{self.base}/_control/reset", timeout=5).raise_for_status()
@@ -79,9 +80,10 @@ def notes_upstream():
 @pytest.fixture
 def notes(notes_upstream, settings):
     """A fresh upstream (no notes, base definitions, empty request log) and ToolOps configured
-    with the credential by reference."""
+    with the credential by reference and its loopback address on the operator's egress allow-list."""
     notes_upstream.reset()
     settings.TOOLOPS_TOOL_SECRETS = {**(settings.TOOLOPS_TOOL_SECRETS or {}), "NOTES_MCP_TOKEN": NOTES_SECRET}
+    settings.TOOLOPS_EGRESS_ALLOW = [*settings.TOOLOPS_EGRESS_ALLOW, notes_upstream.address]
     return notes_upstream
 
 

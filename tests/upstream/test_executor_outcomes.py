@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import tracemalloc
 
 import pytest
 
@@ -11,6 +12,8 @@ from invocations_app import executors
 from specs_app.models import UpstreamTool
 from specs_app.upstream import upstream_import, upstream_list
 from toolops.runtime.execution import Commit
+
+from tests.invocations.test_http_client import hostile  # noqa: F401 - fixture used here
 
 from .conftest import SECRET_REF, published
 
@@ -54,7 +57,8 @@ def test_a_write_past_its_deadline_is_unknown_and_the_deadline_holds(specs, note
     assert out.commit == Commit.UNKNOWN and out.failure_class == "timeout_unknown"
 
 
-def test_an_unreachable_upstream_is_not_reached(specs):
+def test_an_unreachable_upstream_is_not_reached(specs, settings):
+    settings.TOOLOPS_EGRESS_ALLOW = ["127.0.0.1:9"]  # allowed, so what is tested is that nobody listens
     config = {**specs["notes.create"].executor, "url": "http://127.0.0.1:9/mcp"}
     out = executors.execute(config=config, arguments={"title": "t", "body": "b"}, ctx=_ctx(specs["notes.create"]))
     assert out.commit == Commit.NOT_COMMITTED and out.failure_class == "not_reached"
@@ -80,6 +84,93 @@ def test_a_response_over_the_cap_is_not_read(specs, notes):
     spec = specs["notes.search"]
     out = executors.execute(config={**spec.executor, "max_response_bytes": 2000}, arguments={"query": "n"}, ctx=_ctx(spec))
     assert not out.ok and out.detail["kind"] == "too_large"
+
+
+def _peak_bytes_while(fn):
+    """``fn()`` and the peak of Python allocations while it ran (every thread: the SDK client
+    runs on its own event loop)."""
+    tracemalloc.start()
+    try:
+        out = fn()
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_flooding_read_ends_permanently_with_memory_bounded(specs, notes):
+    spec = specs["notes.search"]
+    notes.fault("notes.search", "flood", bytes=256 << 20)  # a 256 MiB answer, generated as it is sent
+    start = time.monotonic()
+    out, peak = _peak_bytes_while(lambda: _run(spec, {"query": "x"}, timeout=20))
+    assert time.monotonic() - start < 10  # stopped at the cap, not after reading 256 MiB
+    assert out.failure_class == "permanent" and out.commit == Commit.NOT_APPLICABLE  # asking again repeats the flood
+    assert out.error["code"] == "response_too_large" and out.detail["kind"] == "too_large"
+    cap = spec.executor["max_response_bytes"]
+    assert peak < 8 * cap, f"peak {peak} bytes for a {cap}-byte cap"
+    assert len(notes.calls("notes.search")) == 1
+
+
+def test_a_flooding_answer_to_a_write_is_unknown_and_reconcilable(specs, notes):
+    spec = specs["notes.create"]
+    notes.fault("notes.create", "flood", bytes=64 << 20)
+    out = _run(spec, {"title": "flooded", "body": "b"}, key="flooded")
+    assert out.commit == Commit.UNKNOWN and out.failure_class == "timeout_unknown"  # it ran; its answer was not read
+    assert [n["title"] for n in notes.notes()].count("flooded") == 1
+    assert executors.lookup(config=spec.executor, arguments={}, ctx=_ctx(spec, key="flooded")).committed is True
+
+
+def test_the_tool_specs_result_policy_caps_the_answer_too(specs, notes):
+    for i in range(80):
+        _run(specs["notes.create"], {"title": f"n{i}", "body": "x" * 200}, key=f"k{i}")
+    spec = specs["notes.search"]
+    ctx = executors.AttemptContext(**{**_ctx(spec).__dict__, "max_response_bytes": 8000})  # the listing fits
+    out = executors.execute(config=spec.executor, arguments={"query": "n"}, ctx=ctx)
+    assert out.error["code"] == "response_too_large"
+
+
+def test_a_loopback_upstream_off_the_allow_list_is_refused_before_sending(specs, notes, settings):
+    settings.TOOLOPS_EGRESS_ALLOW = [e for e in settings.TOOLOPS_EGRESS_ALLOW if e != notes.address]
+    seen = notes.requests_log()  # the import's listing
+    for name, arguments in (("notes.create", {"title": "t", "body": "b"}), ("notes.search", {"query": "t"})):
+        out = _run(specs[name], arguments)
+        assert out.failure_class == "permanent" and out.error["code"] == "egress_address_denied", out
+        assert out.commit in (Commit.NOT_COMMITTED, Commit.NOT_APPLICABLE)
+    lookup = executors.lookup(config=specs["notes.create"].executor, arguments={}, ctx=_ctx(specs["notes.create"]))
+    assert lookup.committed is None and "egress" in lookup.detail["reason"]
+    assert notes.requests_log() == seen  # not even a tools/list or an initialize
+
+
+def test_a_host_name_on_the_allow_list_is_not_an_opener(specs, notes, settings):
+    # localhost resolves to the same loopback address, but only an address opens a private one.
+    settings.TOOLOPS_EGRESS_ALLOW = []
+    seen = notes.requests_log()
+    config = {**specs["notes.search"].executor, "url": notes.url.replace("127.0.0.1", "localhost")}
+    out = executors.execute(config=config, arguments={"query": "t"}, ctx=_ctx(specs["notes.search"]))
+    assert out.error["code"] == "egress_address_denied" and notes.requests_log() == seen
+
+
+def test_a_non_http_upstream_url_is_refused(specs):
+    config = {**specs["notes.search"].executor, "url": "file:///etc/passwd"}
+    out = executors.execute(config=config, arguments={"query": "t"}, ctx=_ctx(specs["notes.search"]))
+    assert out.failure_class == "permanent" and out.error["code"] == "scheme_refused"
+
+
+def test_an_upstream_redirect_is_never_followed(specs, notes, settings, hostile):
+    settings.TOOLOPS_EGRESS_ALLOW = [*settings.TOOLOPS_EGRESS_ALLOW, f"127.0.0.1:{hostile.port}"]
+    config = {**specs["notes.create"].executor, "url": f"{hostile.base}/redirect?to={notes.url}"}
+    seen = notes.requests_log()
+    out = executors.execute(config=config, arguments={"title": "t", "body": "b"}, ctx=_ctx(specs["notes.create"]))
+    assert not out.ok and out.commit == Commit.NOT_COMMITTED, out
+    assert notes.requests_log() == seen and notes.notes() == []  # the redirect's target saw nothing
+
+
+def test_a_huge_answer_before_the_call_is_not_reached_and_bounded(specs, settings, hostile):
+    settings.TOOLOPS_EGRESS_ALLOW = [*settings.TOOLOPS_EGRESS_ALLOW, f"127.0.0.1:{hostile.port}"]
+    config = {**specs["notes.create"].executor, "url": f"{hostile.base}/big?mb=200"}
+    out, peak = _peak_bytes_while(lambda: executors.execute(config=config, arguments={"title": "t", "body": "b"},
+                                                             ctx=_ctx(specs["notes.create"], timeout=20)))
+    assert out.commit == Commit.NOT_COMMITTED and out.failure_class == "not_reached", out  # the call was never written
+    assert peak < 8 * config["max_response_bytes"]
 
 
 def test_the_lookup_tool_answers_reconciliation(specs, notes):
