@@ -40,14 +40,19 @@ class ConfirmationOut(serializers.Serializer):
     tool = serializers.CharField(help_text="name@version")
     tenant = serializers.CharField()
     state = serializers.ChoiceField(STATES)
-    arguments_display = serializers.CharField(help_text="what a person reads: one `field: value` line per argument")
+    arguments_display = serializers.CharField(help_text="what a person reads: one `field: value` line per argument, "
+                                              "values by meaning (`amount: 12.50 EUR`)")
+    arguments = serializers.ListField(child=serializers.DictField(), help_text="the same, structured: "
+                                      "`{field, kind, text, value}` per top-level argument")
     normalized_arguments = serializers.JSONField()
     digest = serializers.CharField(help_text="send this back to approve exactly these arguments")
-    why = serializers.CharField(help_text="why this call needs a person (the authorization's reasons)")
+    why = serializers.CharField(help_text="why this call needs a person: the grant or rule, its limit in the call's units")
+    risk = serializers.CharField(help_text="side-effect class, what a retry does, whether it can be undone")
     requested_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()
     approvals_needed = serializers.IntegerField()
-    approvals = serializers.ListField(child=serializers.JSONField())
+    approvals = serializers.ListField(child=serializers.DictField(), help_text="`{user, at}` per approval so far")
+    escalated_at = serializers.DateTimeField(allow_null=True)
     decided_by = serializers.CharField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
     reason = serializers.CharField(allow_blank=True)
@@ -114,7 +119,8 @@ class ConfirmationPagination(PageNumberPagination):
     max_page_size = 200
 
 
-_DECIDE_ERRORS = {403: ["forbidden"], 404: ["not_found"], 409: ["already_decided", "transition_conflict"]}
+_DECIDE_ERRORS = {403: ["forbidden", "separation_of_duties"], 404: ["not_found"],
+                  409: ["already_decided", "duplicate_approver", "transition_conflict"]}
 
 
 class ConfirmationListView(ApprovalsView):

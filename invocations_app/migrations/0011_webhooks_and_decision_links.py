@@ -9,8 +9,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('invocations_app', '0008_mcp_front_door'),
-        ('specs_app', '0004_personal_tokens'),
+        ('invocations_app', '0010_approval_policies'),
+        ('specs_app', '0007_personal_tokens'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('specs_app', '0003_upstream_tools'),
+        ('specs_app', '0006_grant_approval_policy'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -34,6 +34,6 @@ def uninstall(apps, schema_editor):
 
 class Migration(migrations.Migration):
 
-    dependencies = [('invocations_app', '0008_mcp_front_door')]
+    dependencies = [('invocations_app', '0011_webhooks_and_decision_links')]
 
     operations = [migrations.RunPython(install, uninstall)]

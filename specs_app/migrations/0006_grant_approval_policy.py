@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('specs_app', '0003_upstream_tools'),
+        ('specs_app', '0005_tenant_permissions_backfill'),
     ]
 
     operations = [

@@ -9,8 +9,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('invocations_app', '0008_mcp_front_door'),
-        ('specs_app', '0004_grant_approval_policy'),
+        ('invocations_app', '0009_binary_results_and_carried_messages'),
+        ('specs_app', '0006_grant_approval_policy'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
