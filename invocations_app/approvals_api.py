@@ -187,7 +187,7 @@ class ConfirmationDenyView(ApprovalsView):
 
 class ConfirmationApproveWithEditsView(ApprovalsView):
     @extend_schema(request=ApproveWithEditsIn, responses={200: DecisionOut, **problem_responses(
-        {**_DECIDE_ERRORS, 400: ["edit_rejected"], 409: ["digest_mismatch", *_DECIDE_ERRORS[409]]}, body=True)},
+        {**_DECIDE_ERRORS, 400: ["edit_rejected", "edit_not_authorized"], 409: ["digest_mismatch", *_DECIDE_ERRORS[409]]}, body=True)},
         summary="Approve corrected arguments (re-validated, re-authorized; the approval binds the new digest)",
         tags=["approvals"])
     def post(self, request, confirmation_id):

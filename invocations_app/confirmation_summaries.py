@@ -44,3 +44,17 @@ def confirmation_summary(confirmation: Confirmation) -> dict:
         "record_url": record_url(confirmation.invocation_id),
         "console_url": settings.TOOLOPS_CONSOLE_URL + reverse("confirmations:detail", args=[confirmation.pk]),
     }
+
+
+def invocation_summary(invocation: Invocation) -> dict:
+    """A settled call, as ``invocation.settled`` reports it."""
+    return {
+        "id": str(invocation.pk),
+        "tool": invocation.tool_ref,
+        "state": invocation.state,
+        "digest": invocation.digest,
+        "error_code": invocation.error_code or None,
+        "commit_status": invocation.commit_status or None,
+        "external_resource_id": invocation.external_resource_id or None,
+        "record_url": record_url(invocation.pk),
+    }

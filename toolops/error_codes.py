@@ -142,6 +142,7 @@ NOT_EMITTED = {
     "unresolvable_ref": "refused when a ToolSpec is published (an admin's form error)",
     "unsupported_vocabulary": "refused when a ToolSpec is published (an admin's form error)",
     "unsupported_format": "refused when a ToolSpec is published (an admin's form error)",
+    "standing_approval": "a reason code in an authorization record (a standing approval let the call through), never an error",
 }
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
 from invocations_app.models import Confirmation, Invocation
@@ -23,7 +24,15 @@ def ann(pending):
 
 @pytest.fixture
 def stranger(pending):
-    return person(make_approver(username="sam")[1])  # staff, but no approve_toolspec on the calendar
+    return person(make_approver(username="sam")[1])  # staff, with no right on the calendar or its tenant
+
+
+@pytest.fixture
+def tenant_only(pending):
+    """Staff who may approve in the call's tenant, but not this tool."""
+    user, secret = make_approver(username="tia")
+    assign_perm("specs_app.approve_calls", user, pending.tenant)
+    return person(secret)
 
 
 def test_it_lists_pending_confirmations_the_person_may_decide(ann, pending):
@@ -39,20 +48,26 @@ def test_it_lists_pending_confirmations_the_person_may_decide(ann, pending):
     assert item["why"] and item["expires_at"] and item["requested_at"]
 
 
-def test_it_shows_a_person_without_the_permission_nothing(stranger, pending):
+def test_it_shows_a_person_without_the_permission_nothing(stranger, tenant_only, pending):
     assert stranger.get("/api/v1/confirmations").json()["count"] == 0
-    assert stranger.get(f"/api/v1/confirmations/{pending.pk}").status_code == 403
+    assert tenant_only.get("/api/v1/confirmations").json()["count"] == 0
+    # No right in the call's tenant: the row does not exist for them (tenancy); a right in the
+    # tenant but not on the tool: they may know it exists, not see it.
+    assert stranger.get(f"/api/v1/confirmations/{pending.pk}").status_code == 404
+    assert tenant_only.get(f"/api/v1/confirmations/{pending.pk}").status_code == 403
 
 
-def test_it_lets_a_person_without_the_permission_decide_nothing(stranger, pending):
+@pytest.mark.parametrize("who, status, code", [("stranger", 404, "not_found"), ("tenant_only", 403, "forbidden")])
+def test_it_lets_a_person_without_the_permission_decide_nothing(request, who, status, code, pending):
+    client = request.getfixturevalue(who)
     answers = [
-        stranger.post(f"/api/v1/confirmations/{pending.pk}/approve", {"digest": pending.digest}),
-        stranger.post(f"/api/v1/confirmations/{pending.pk}/deny", {"reason": "no"}),
-        stranger.post(f"/api/v1/confirmations/{pending.pk}/approve-with-edits",
-                      {"digest": pending.digest, "arguments": {**pending.arguments, "title": "x"}}),
+        client.post(f"/api/v1/confirmations/{pending.pk}/approve", {"digest": pending.digest}),
+        client.post(f"/api/v1/confirmations/{pending.pk}/deny", {"reason": "no"}),
+        client.post(f"/api/v1/confirmations/{pending.pk}/approve-with-edits",
+                    {"digest": pending.digest, "arguments": {**pending.arguments, "title": "x"}}),
     ]
-    assert [a.status_code for a in answers] == [403, 403, 403]
-    assert all(a["Content-Type"] == "application/problem+json" and a.json()["code"] == "forbidden" for a in answers)
+    assert [a.status_code for a in answers] == [status] * 3
+    assert all(a["Content-Type"] == "application/problem+json" and a.json()["code"] == code for a in answers)
     pending.refresh_from_db()
     assert pending.state == "pending" and Invocation.objects.count() == 1
 
