@@ -118,6 +118,15 @@ class ConfirmationPagination(PageNumberPagination):
     page_size_query_param = "page_size"
     max_page_size = 200
 
+    def get_page_size(self, request):
+        """A page size outside 1..max is the client's mistake (400), not silently clamped."""
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+            raise ApplicationError(f"page_size must be an integer from 1 to {self.max_page_size}", code="malformed_request")
+        return int(raw)
+
 
 _DECIDE_ERRORS = {403: ["forbidden", "separation_of_duties"], 404: ["not_found"],
                   409: ["already_decided", "duplicate_approver", "transition_conflict"]}

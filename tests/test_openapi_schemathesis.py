@@ -111,5 +111,5 @@ def test_schemathesis_finds_no_failure(tmp_path):
         proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, _failures_section(output)
-    assert "16 selected / 16 total" in output
+    assert "17 selected / 17 total" in output
     print(output[output.find("SUMMARY"):])

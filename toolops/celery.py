@@ -38,7 +38,10 @@ def _restore_unacked_unless_collected(restore_unacked):
     timeout, and the outbox sweep (invocations_app/dispatch.py) resends any call left waiting."""
 
     def restore(self, client=None):
-        if client is None and self.channel.connection.client is None:
+        # The channel's connection may already be gone too (seen under load: 'NoneType' object
+        # has no attribute 'client'), or only its client.
+        connection = getattr(self.channel, "connection", None)
+        if client is None and getattr(connection, "client", None) is None:
             logger.warning("broker connection lost: %s unacknowledged message(s) left to Redis and the sweep",
                            len(self._delivered))
             self._delivered.clear()

@@ -275,7 +275,12 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS",
                             "InvocationErrorCodeEnum": "toolops.error_codes.INVOCATION_CHOICES",
-                            "ConfirmationStateEnum": "invocations_app.approvals_api.STATES"},
+                            "ConfirmationStateEnum": "invocations_app.approvals_api.STATES",
+                            # Tool-message blocks each have a `type` of their own choices: named, not hashed.
+                            "FunctionTypeEnum": [("function", "function")],
+                            "TextBlockTypeEnum": [("text", "text")],
+                            "ContentBlockTypeEnum": [("text", "text"), ("image", "image")],
+                            "ToolResultTypeEnum": [("tool_result", "tool_result")]},
     "APPEND_COMPONENTS": {"schemas": OPENAPI_SCHEMAS},
 }
 

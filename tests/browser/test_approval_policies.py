@@ -3,11 +3,10 @@ standing approval that covers the next in-limit call but not an over-limit one."
 from __future__ import annotations
 
 import pytest
-from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Confirmation, Event
-from tests.builders import OneRun, fresh, make_finance_subject, make_payments_spec, make_staff, payment_args
+from tests.builders import allow_approving, OneRun, fresh, make_finance_subject, make_payments_spec, make_staff, payment_args
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.browser
@@ -27,7 +26,7 @@ def run(payments):
 
 def approver(username: str, spec):
     user = make_staff(username=username)
-    assign_perm("specs_app.approve_toolspec", user, spec)
+    allow_approving(user=user, spec=spec)
     return user
 
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Attempt, Confirmation, Invocation
 from specs_app.models import ToolSpec
-from tests.builders import admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
+from tests.builders import allow_approving, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
 from tests.conftest import REPO_ROOT
 from tests.integration.conftest import demo_agent, demo_services, module_worker, wait_for, worker, worker_env  # noqa: F401
 
@@ -23,7 +22,7 @@ DOCS = REPO_ROOT / "docs"
 
 def _approver_of(spec: ToolSpec):
     approver = make_staff(username="approver")
-    assign_perm("specs_app.approve_toolspec", approver, spec)
+    allow_approving(user=approver, spec=spec)
     return approver
 
 
@@ -43,7 +42,7 @@ def test_it_shows_the_payment_as_money_with_why_risk_and_the_interpretation_trai
     calendar = make_demo_spec(name="calendar.create_event")
     make_grant(subject=payment.subject, capability="calendar.write", operation_class="create",
                scope_kind="exact", scope_values=["primary"])
-    assign_perm("specs_app.approve_toolspec", approver, calendar)
+    allow_approving(user=approver, spec=calendar)
     meeting = admit_proposal(subject=payment.subject, spec=calendar, timezone_name="Asia/Shanghai", arguments={
         "calendar_id": "primary", "title": "Sign the contract", "start": "tomorrow 09:00", "duration_minutes": 30})
     page = login(approver)

@@ -8,7 +8,7 @@ import pytest
 from guardian.shortcuts import assign_perm
 
 from invocations_app.models import Confirmation, Invocation
-from tests.builders import admit_proposal, make_demo_spec, make_grant, make_staff, make_subject
+from tests.builders import allow_approving, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject
 
 pytestmark = pytest.mark.django_db
 
@@ -28,7 +28,7 @@ def pending() -> Confirmation:
 @pytest.fixture
 def approver(client, pending):
     user = make_staff(username="ann")
-    assign_perm("specs_app.approve_toolspec", user, pending.tool_spec)
+    allow_approving(user=user, spec=pending.tool_spec)
     client.force_login(user)
     return user
 
@@ -69,11 +69,15 @@ def test_it_approves_the_new_digest_and_redirects_to_the_edited_calls_record(cli
     assert replacement.confirmations.get().decided_by == approver
 
 
-def test_it_refuses_a_forged_edit_from_someone_who_may_not_approve_the_tool(client, pending):
-    client.force_login(make_staff(username="mallory"))
+@pytest.mark.parametrize("tenant_right, status", [(False, 404), (True, 403)], ids=["other-tenant", "same-tenant"])
+def test_it_refuses_a_forged_edit_from_someone_who_may_not_approve_the_tool(client, pending, tenant_right, status):
+    mallory = make_staff(username="mallory")
+    if tenant_right:  # may approve in the call's tenant, not this tool: 403; no right there: 404
+        assign_perm("specs_app.approve_calls", mallory, pending.tenant)
+    client.force_login(mallory)
     edited = json.dumps({**PAYMENT, "amount": {"amount": "1", "currency": "EUR"}})
-    assert client.get(f"/console/confirmations/{pending.pk}/edit").status_code == 403
+    assert client.get(f"/console/confirmations/{pending.pk}/edit").status_code == status
     response = client.post(f"/console/confirmations/{pending.pk}/approve-edited", {
         "digest_seen": pending.digest, "new_digest_seen": "x" * 64, "edited": edited, "reason": "mine"})
-    assert response.status_code == 403
+    assert response.status_code == status
     assert Invocation.objects.count() == 1 and Confirmation.objects.get().state == "pending"

@@ -14,12 +14,11 @@ import threading
 
 import anyio
 import pytest
-from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
 from invocations_app.models import Attempt, Confirmation, Event, Invocation, ResultBody, ToolMessage
 from tests.browser.conftest import browser, login, page  # noqa: F401 - fixtures used here
-from tests.builders import make_staff
+from tests.builders import allow_approving, make_staff
 from tests.integration.conftest import wait_for
 from tests.mcp.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
 from tests.mcp.test_mcp_tasks import DetailedTask, TaskHandle, TaskParams, Tasks, TasksGet
@@ -74,24 +73,26 @@ def test_an_mcp_client_governs_the_upstream_with_a_person_approving_in_chromium(
             answers.append(_dump(created))
             found = await client.call_tool(names["notes.search"], {"query": "passport"})
             answers.append(_dump(found))
-            note_id = created.structured_content["result"]["note"]["id"]
+            note_id = plain(created.structured_content["result"]["note"]["id"])
             return await client.session.call_tool(names["notes.delete"], {"id": note_id}, allow_claimed=True)
 
     handle = _in_thread(create_then_delete)
     created, found = answers
-    assert created["isError"] is False and created["structuredContent"]["result"]["note"]["title"] == "Renew passport"
-    assert [n["title"] for n in found["structuredContent"]["result"]["notes"]] == ["Renew passport"]
+    # The upstream's text reaches the client marked as untrusted data (issue 13 item 5).
+    title = created["structuredContent"]["result"]["note"]["title"]
+    assert created["isError"] is False and title["untrusted_data"]["text"] == "Renew passport"
+    assert [plain(n["title"]) for n in found["structuredContent"]["result"]["notes"]] == ["Renew passport"]
     # The destructive call waits for a person as a durable task; nothing was sent upstream yet.
     assert isinstance(handle, TaskHandle) and handle.status == "working"
     assert governed.notes.calls("notes.delete") == []
 
     confirmation = Confirmation.objects.get(invocation_id=handle.task_id, state="pending")
     approver = make_staff(username="notes-approver")
-    assign_perm("specs_app.approve_toolspec", approver, governed.specs["notes.delete"])
+    allow_approving(user=approver, spec=governed.specs["notes.delete"])
     page = login(approver)
     page.goto(live_server.url + "/console/confirmations/")
     row = page.locator(f"#confirmation-{confirmation.pk}")
-    expect(row.get_by_test_id("arguments")).to_contain_text(created["structuredContent"]["result"]["note"]["id"])
+    expect(row.get_by_test_id("arguments")).to_contain_text(plain(created["structuredContent"]["result"]["note"]["id"]))
     row.get_by_test_id("approve").click()
     expect(page.locator(".messagelist .success")).to_contain_text("is PREPARED")
 
@@ -111,7 +112,7 @@ def test_an_mcp_client_governs_the_upstream_with_a_person_approving_in_chromium(
     assert done.result == json.loads(bytes(recorded.message_bytes))  # the recorded message, as sent
     assert Invocation.objects.get(pk=handle.task_id).state == "OBSERVED"
     [deleted] = governed.notes.calls("notes.delete")
-    assert deleted["arguments"] == {"id": created["structuredContent"]["result"]["note"]["id"]}
+    assert deleted["arguments"] == {"id": plain(created["structuredContent"]["result"]["note"]["id"])}
     assert governed.notes.notes() == []
     _assert_no_credential_leaks(governed, mcp_server, answers + [done.result])
 
@@ -173,3 +174,10 @@ def _assert_no_credential_leaks(governed, mcp_server, client_answers: list[dict]
     assert NOTES_SECRET not in governed.worker.output()
     assert NOTES_SECRET not in mcp_server.output()
     assert governed.token not in mcp_server.output() and governed.token not in governed.worker.output()
+
+
+def plain(value):
+    """The value inside ToolOps' untrusted-data wrapper (strings from outside are wrapped)."""
+    if isinstance(value, dict) and set(value) == {"untrusted_data"}:
+        return value["untrusted_data"]["text"]
+    return value
