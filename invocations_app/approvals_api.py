@@ -148,7 +148,10 @@ class ConfirmationListView(ApprovalsView):
         qs = confirmations_visible_to(user=request.user).filter(state=state)
         if state == Confirmation.Status.PENDING:
             qs = qs.filter(expires_at__gt=timezone.now())  # past its time: no longer decidable
-        qs = qs.select_related("tool_spec", "tenant", "invocation", "decided_by").order_by("created_at", "pk")
+        # Each summary reads the proposal's bytes (the approver view) and the approvals so far:
+        # fetched with the page, not once per row.
+        qs = (qs.select_related("tool_spec", "tenant", "invocation__proposal", "decided_by")
+              .prefetch_related("approvals__user").order_by("created_at", "pk"))
         paginator = ConfirmationPagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response([confirmation_summary(c) for c in page])

@@ -157,3 +157,19 @@ def test_it_lists_decided_ones_by_state_and_pages(ann, pending):
     assert denied["count"] == 1 and denied["results"][0]["state"] == "denied"
     assert ann.get("/api/v1/confirmations", state="bogus").status_code == 400
     assert Confirmation.objects.get(pk=pending.pk).state == "denied"
+
+
+def test_the_pending_list_costs_the_same_queries_for_one_or_many(ann, agent, pending):
+    """No query per row: each summary reads its proposal, approvals and edit trail from the page's query."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.approvals.conftest import propose_calendar
+
+    with CaptureQueriesContext(connection) as one:
+        assert ann.get("/api/v1/confirmations").json()["count"] == 1
+    for _ in range(3):
+        propose_calendar(agent, pending.tool_spec)
+    with CaptureQueriesContext(connection) as four:
+        assert ann.get("/api/v1/confirmations").json()["count"] == 4
+    assert len(four.captured_queries) == len(one.captured_queries), [q["sql"][:120] for q in four.captured_queries]
