@@ -13,6 +13,7 @@ from celery.signals import after_setup_logger, after_setup_task_logger, task_pos
 from django.conf import settings
 from django.db import close_old_connections
 from kombu.transport import redis as kombu_redis
+import redis
 
 from toolops.log_redaction import install_on_handlers
 
@@ -52,6 +53,31 @@ def _restore_unacked_unless_collected(restore_unacked):
 
 
 kombu_redis.QoS.restore_unacked = _restore_unacked_unless_collected(kombu_redis.QoS.restore_unacked)
+
+
+class BrokerChannelClosed(redis.exceptions.ConnectionError):
+    """A Redis channel of a connection Celery already collected was asked for a new client."""
+
+
+def _connparams_of_a_live_channel(connparams):
+    """A task that finishes after the worker lost Redis acknowledges its message on the old channel,
+    whose connection Celery has already collected: kombu then reads ``None.client`` and raises
+    ``AttributeError``, which is not a connection error, so it escapes ``ack_log_error`` and the
+    hub and the worker shuts down (and hangs restoring) instead of reconnecting (found by
+    tests/chaos under CPU load). Raised as a Redis connection error it is what it is: Celery logs
+    "Couldn't ack" and goes on; the message stays in Redis' unacked hash, and its call is already
+    final, so a later redelivery finds nothing to do."""
+
+    def live(self, *args, **kwargs):
+        connection = getattr(self, "connection", None)
+        if connection is None or getattr(connection, "client", None) is None:
+            raise BrokerChannelClosed("the broker connection of this channel was lost and collected")
+        return connparams(self, *args, **kwargs)
+
+    return live
+
+
+kombu_redis.Channel._connparams = _connparams_of_a_live_channel(kombu_redis.Channel._connparams)
 
 
 def databases_use_persistent_connections(databases: dict, *, conn_max_age: int) -> None:

@@ -213,7 +213,7 @@ def chaos_run(stack: Stack, stop_service, start_service, name: str) -> dict:
             break
         time.sleep(0.5)
     drained_at = time.monotonic()
-    assert left == {}, (name, "stuck after recovery", left, stack.worker.output()[-12000:])
+    assert left == {}, (name, "stuck after recovery", left, "worker running:", stack.worker.running, stack.worker.output()[-12000:])
 
     # 0 lost: every 201 names an invocation that exists and is terminal.
     admitted = [a.invocation_id for a in answers if a.kind == "propose" and a.status == 201]
