@@ -35,6 +35,9 @@ Kinds of violation (one ``Violation`` per kind and invocation; the detail names 
     An invocation of a ToolSpec that its model call was not shown (no ``ModelCallTool`` of that
     model call for that ToolSpec), or whose recorded ``name@version`` or proposed name is not
     exactly that tool's in the visible set (SPEC §2 invariant 2: no fuzzy or "latest" match).
+``tool_of_another_tenant``
+    An invocation of a ToolSpec owned by a tenant other than the invocation's (global ToolSpecs
+    belong to every tenant): a tenant's tool is listed, granted and run only inside it.
 ``executed_beyond_grants``
     The log reaches EXECUTING, but some capability the ToolSpec requires for these normalized
     arguments was not covered by a grant valid at the recorded decision time (SPEC §2
@@ -95,6 +98,7 @@ DIGEST_NOT_REPRODUCIBLE = "digest_not_reproducible"
 EVENTS_AFTER_TERMINAL = "events_after_terminal"
 SEQ_GAP = "seq_gap"
 TOOL_NOT_VISIBLE = "tool_not_visible"
+TOOL_OF_ANOTHER_TENANT = "tool_of_another_tenant"
 EXECUTED_BEYOND_GRANTS = "executed_beyond_grants"
 
 KINDS: tuple[str, ...] = (
@@ -106,6 +110,7 @@ KINDS: tuple[str, ...] = (
     EVENTS_AFTER_TERMINAL,
     SEQ_GAP,
     TOOL_NOT_VISIBLE,
+    TOOL_OF_ANOTHER_TENANT,
     EXECUTED_BEYOND_GRANTS,
 )
 
@@ -171,6 +176,8 @@ class InvocationRecord:
     parser: Any = None
     null_as_absent: Any = None  # validation.strict_rendering.null_as_absent, if admission mapped nulls
     subject_id: str = ""
+    tenant_id: int | None = None
+    tool_tenant_id: int | None = None  # the ToolSpec's owner; None: a global tool
     tool_ref: str = ""  # tool_name@tool_version as recorded on the invocation
     proposal_name: str = ""
     visible: list[VisibleTool] | None = None  # the model call's visible set; None when not loaded
@@ -371,6 +378,12 @@ def check_tool_visible(rec: InvocationRecord) -> Iterator[Violation]:
         yield Violation(TOOL_NOT_VISIBLE, rec.id, "; ".join(problems))
 
 
+def check_tool_tenant(rec: InvocationRecord) -> Iterator[Violation]:
+    if rec.tool_tenant_id is not None and rec.tool_tenant_id != rec.tenant_id:
+        yield Violation(TOOL_OF_ANOTHER_TENANT, rec.id,
+                        f"{rec.tool_ref or rec.tool_spec_id} is owned by tenant #{rec.tool_tenant_id}, the call belongs to tenant #{rec.tenant_id}")
+
+
 def _aware(value: Any) -> datetime | None:
     try:
         moment = datetime.fromisoformat(value) if isinstance(value, str) else None
@@ -489,6 +502,7 @@ _SIMPLE_CHECKS: dict[str, Callable[[InvocationRecord], Iterable[Violation]]] = {
     EVENTS_AFTER_TERMINAL: check_after_terminal,
     SEQ_GAP: check_seqs,
     TOOL_NOT_VISIBLE: check_tool_visible,
+    TOOL_OF_ANOTHER_TENANT: check_tool_tenant,
 }
 
 
@@ -496,7 +510,7 @@ _SIMPLE_CHECKS: dict[str, Callable[[InvocationRecord], Iterable[Violation]]] = {
 
 _INVOCATION_FIELDS = (
     "id", "state", "event_seq", "digest", "commit_status", "authorization", "created_at", "tool_spec_id",
-    "subject_id", "model_call_id", "tool_name", "tool_version", "proposal__name",
+    "subject_id", "model_call_id", "tool_name", "tool_version", "proposal__name", "tenant_id", "tool_spec__tenant_id",
 )
 _ADMISSION_FIELDS = (
     "tenant__slug", "normalization_context", "normalized_arguments", "proposal__arguments_bytes", "proposal__parser",
@@ -575,6 +589,7 @@ def invocation_pages(
                 id=str(row["id"]), state=row["state"], event_seq=row["event_seq"], digest=row["digest"],
                 commit_status=row["commit_status"], authorization=row["authorization"], created_at=row["created_at"],
                 tool_spec_id=row["tool_spec_id"], subject_id=str(row["subject_id"]),
+                tenant_id=row["tenant_id"], tool_tenant_id=row["tool_spec__tenant_id"],
                 tool_ref=f"{row['tool_name']}@{row['tool_version']}" if row["tool_name"] else "",
                 proposal_name=row["proposal__name"],
                 visible=visible.get(row["model_call_id"], []) if with_visibility else None,
@@ -664,6 +679,10 @@ def seq_gaps(*, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_S
 
 def tools_not_visible(*, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[Violation]:
     yield from audit(since=since, kinds=[TOOL_NOT_VISIBLE], chunk_size=chunk_size)
+
+
+def tools_of_another_tenant(*, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[Violation]:
+    yield from audit(since=since, kinds=[TOOL_OF_ANOTHER_TENANT], chunk_size=chunk_size)
 
 
 def executions_beyond_grants(*, since: datetime | None = None, chunk_size: int = DEFAULT_CHUNK_SIZE) -> Iterator[Violation]:

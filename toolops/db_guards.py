@@ -10,7 +10,8 @@ can stop in, the immutable ToolSpec columns), for PostgreSQL and SQLite:
   row's state) is checked by ``manage.py audit_invariants``, not by a trigger: a per-row check of
   the events at commit would cost a query per admission on the hottest path;
 * events are append-only;
-* published ToolSpecs are immutable. Migrations call ``install``/``uninstall``; a change
+* published ToolSpecs are immutable, their owning tenant included (a separate trigger, installed
+  by the migration after the one that added the column). Migrations call ``install``/``uninstall``; a change
 to the table needs a new migration that re-installs the guards — and so does any migration that
 makes SQLite rebuild a guarded table (most AlterFields), since the rebuild drops its triggers.
 """
@@ -198,6 +199,46 @@ def birth_guard_suspended(connection):
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")
         else:
             cursor.execute(_sqlite_birth_trigger())
+
+
+# --- a published ToolSpec keeps its owner ----------------------------------------------------
+# Its own trigger rather than a column of ``TOOLSPEC_IMMUTABLE_COLUMNS``: older migrations call
+# ``install`` before ``tenant_id`` exists. Moving a published tool to another tenant (or making it
+# global) would list it — and its recorded calls' catalog — to people of another tenant.
+TOOLSPEC_OWNER_TRIGGER = "specs_toolspec_guard_published_owner"
+
+
+def _toolspec_owner_guard(vendor: str) -> list[str]:
+    if vendor == "postgresql":
+        return [
+            f"""
+        CREATE OR REPLACE FUNCTION {TOOLSPEC_OWNER_TRIGGER}() RETURNS trigger AS $$
+        BEGIN
+          IF OLD.status <> 'draft' AND NEW.tenant_id IS DISTINCT FROM OLD.tenant_id THEN
+            RAISE EXCEPTION 'tool spec %@% is published: its tenant cannot change', OLD.name, OLD.version
+              USING ERRCODE = 'check_violation';
+          END IF;
+          RETURN NEW;
+        END $$ LANGUAGE plpgsql""",
+            f"""CREATE TRIGGER {TOOLSPEC_OWNER_TRIGGER} BEFORE UPDATE OF tenant_id ON {TOOLSPEC_TABLE}
+            FOR EACH ROW EXECUTE FUNCTION {TOOLSPEC_OWNER_TRIGGER}()""",
+        ]
+    if vendor == "sqlite":
+        return [f"""CREATE TRIGGER {TOOLSPEC_OWNER_TRIGGER} BEFORE UPDATE OF tenant_id ON {TOOLSPEC_TABLE}
+            WHEN OLD.status <> 'draft' AND NEW.tenant_id IS NOT OLD.tenant_id
+            BEGIN SELECT RAISE(ABORT, 'tool spec is published: its tenant cannot change'); END"""]
+    raise RuntimeError(f"ToolOps supports PostgreSQL and SQLite, not {vendor}")
+
+
+def install_toolspec_owner_guard(apps, schema_editor) -> None:
+    uninstall_toolspec_owner_guard(apps, schema_editor)
+    for sql in _toolspec_owner_guard(schema_editor.connection.vendor):
+        schema_editor.execute(sql, params=None)
+
+
+def uninstall_toolspec_owner_guard(apps, schema_editor) -> None:
+    on = f" ON {TOOLSPEC_TABLE}" if schema_editor.connection.vendor == "postgresql" else ""
+    schema_editor.execute(f"DROP TRIGGER IF EXISTS {TOOLSPEC_OWNER_TRIGGER}{on}", params=None)
 
 
 # --- imported MCP tools: the watch state moves only along WATCH_TRANSITIONS -------------------

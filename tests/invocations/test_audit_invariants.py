@@ -29,7 +29,8 @@ from invocations_app.confirmations import confirmation_deny, confirmation_expire
 from invocations_app.execution import reconcile
 from invocations_app.models import Confirmation, Event, Invocation, ModelCallTool, Proposal
 from specs_app.models import Grant
-from tests.builders import ServiceWorld, fresh, make_subject, make_toolspec
+from specs_app.services import toolspec_publish
+from tests.builders import ServiceWorld, fresh, make_subject, make_tenant, make_toolspec
 from toolops.errors import ApplicationError
 
 pytestmark = pytest.mark.django_db
@@ -322,6 +323,21 @@ def test_it_finds_an_invocation_of_a_tool_its_model_call_did_not_show(inv, world
     assert found() == {str(target.pk): {"tool_not_visible"}}
     assert "was not in its model call's visible set (nothing)" in details(target, "tool_not_visible")
     assert [v.invocation_id for v in audit_mod.tools_not_visible()] == [str(target.pk)]
+
+
+def test_it_finds_a_call_of_a_tool_owned_by_another_tenant(inv, world):
+    owned = make_toolspec(name="weather.tenant_owned", publish=False, tenant=world.subject.tenant)
+    owned = toolspec_publish(spec=owned)
+    call = _own_call(world, [owned.ref])
+    target, _ = admission.proposal_admit(
+        model_call=call, subject=world.subject, proposal_id="owned_1", name=owned.ref,
+        arguments_bytes=b'{"city": "Rome", "date": "today"}',
+    )
+    assert target.tool_spec_id == owned.pk
+    assert list(audit_mod.tools_of_another_tenant()) == []  # its own tenant's tool: fine
+    sql_update(Invocation, target.pk, tenant=make_tenant().pk)  # the call moved to another tenant
+    assert [v.invocation_id for v in audit_mod.tools_of_another_tenant()] == [str(target.pk)]
+    assert f"is owned by tenant #{world.subject.tenant_id}" in details(target, "tool_of_another_tenant")
 
 
 @pytest.mark.parametrize("tamper", ["proposal_name", "tool_version"])

@@ -14,7 +14,7 @@ from specs_app.services import (
     toolspec_retire,
     toolspec_save_draft,
 )
-from tests.builders import DIALECT, Agent, make_token, make_toolspec
+from tests.builders import DIALECT, Agent, make_tenant, make_token, make_toolspec
 
 pytestmark = pytest.mark.django_db
 
@@ -231,6 +231,25 @@ def test_it_has_the_database_refuse_a_change_of_published_at():
     spec = make_toolspec()
     with pytest.raises(IntegrityError), transaction.atomic():
         ToolSpec.objects.filter(pk=spec.pk).update(published_at=None)
+
+
+@pytest.mark.parametrize("move", ["global to a tenant", "to another tenant", "a tenant's to global"])
+def test_it_has_the_database_refuse_moving_a_published_spec_to_another_owner(move):
+    a, b = make_tenant(), make_tenant()
+    owner, new_owner = {"global to a tenant": (None, a), "to another tenant": (a, b), "a tenant's to global": (a, None)}[move]
+    spec = make_toolspec(publish=False)
+    ToolSpec.objects.filter(pk=spec.pk).update(tenant=owner)
+    toolspec_publish(spec=ToolSpec.objects.get(pk=spec.pk))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ToolSpec.objects.filter(pk=spec.pk).update(tenant=new_owner)
+    assert ToolSpec.objects.get(pk=spec.pk).tenant == owner
+
+
+def test_it_lets_a_draft_change_its_owner():
+    spec = make_toolspec(publish=False)
+    tenant = make_tenant()
+    ToolSpec.objects.filter(pk=spec.pk).update(tenant=tenant)
+    assert ToolSpec.objects.get(pk=spec.pk).tenant == tenant
 
 
 def test_it_has_the_database_refuse_a_change_to_a_retired_spec():
