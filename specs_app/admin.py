@@ -158,6 +158,15 @@ class UpstreamToolInline(admin.StackedInline):
         return upstream_diff_table(obj)
 
 
+def toolspec_management_scope(request) -> tuple[bool, set]:
+    """(platform-wide?, ids of tenants whose tools the user may edit), computed once per request."""
+    if not hasattr(request, "_toolops_tool_tenants"):
+        platform = request.user.is_superuser or request.user.has_perm(MANAGE_TOOLSPECS)
+        ids = set() if platform else set(tenants_for_user(user=request.user, permission=MANAGE_TOOLSPECS).values_list("pk", flat=True))
+        request._toolops_tool_tenants = (platform, ids)
+    return request._toolops_tool_tenants
+
+
 @admin.register(ToolSpec)
 class ToolSpecAdmin(ReinforcedGuardedModelAdmin):
     """ToolSpecs, global or owned by a tenant. Besides the model permissions, editing needs
@@ -174,12 +183,7 @@ class ToolSpecAdmin(ReinforcedGuardedModelAdmin):
 
     # --- scoping: global tools for the platform, a tenant's tools for that tenant's tool admins ---
     def _managed(self, request) -> tuple[bool, set]:
-        """(platform-wide?, ids of tenants whose tools the user may edit), computed once per request."""
-        if not hasattr(request, "_toolops_tool_tenants"):
-            platform = request.user.is_superuser or request.user.has_perm(MANAGE_TOOLSPECS)
-            ids = set() if platform else set(tenants_for_user(user=request.user, permission=MANAGE_TOOLSPECS).values_list("pk", flat=True))
-            request._toolops_tool_tenants = (platform, ids)
-        return request._toolops_tool_tenants
+        return toolspec_management_scope(request)
 
     def _may_edit(self, request, obj) -> bool:
         platform, ids = self._managed(request)
@@ -569,6 +573,15 @@ class UpstreamImportForm(forms.Form):
     prefix = forms.CharField(help_text="ToolSpec names become PREFIX.<upstream tool name>")
     credential = forms.CharField(required=False, help_text='"secret:NAME" from TOOLOPS_TOOL_SECRETS (never the value)')
     lookups = forms.CharField(required=False, help_text="TOOL=LOOKUP_TOOL per line: the tool that finds TOOL's effect by key")
+    tenant = forms.ModelChoiceField(queryset=Tenant.objects.none(), required=False,
+                                    help_text="the tenant that owns the drafts (listed to it only); empty: global")
+
+    def __init__(self, *args, tenants, platform: bool, **kwargs):
+        super().__init__(*args, **kwargs)
+        field = self.fields["tenant"]
+        field.queryset = tenants
+        field.required = not platform  # only the platform makes global tools
+        field.empty_label = "global (every tenant)" if platform else None
 
     def clean_lookups(self):
         pairs = {}
@@ -620,14 +633,16 @@ class UpstreamToolAdmin(admin.ModelAdmin):
 
     def import_view(self, request):
         """Read an upstream's tools/list and create draft ToolSpecs (the console face of mcp_import)."""
-        if not request.user.has_perm("specs_app.add_toolspec"):
+        platform, ids = toolspec_management_scope(request)
+        if not request.user.has_perm("specs_app.add_toolspec") or not (platform or ids):
             raise PermissionDenied("importing creates ToolSpecs")
-        form = UpstreamImportForm(request.POST or None)
+        tenants = Tenant.objects.all() if platform else Tenant.objects.filter(pk__in=ids)
+        form = UpstreamImportForm(request.POST or None, tenants=tenants, platform=platform)
         if request.method == "POST" and form.is_valid():
             try:
                 report = upstream_import(url=form.cleaned_data["url"], prefix=form.cleaned_data["prefix"],
                                          credential=form.cleaned_data["credential"], lookups=form.cleaned_data["lookups"],
-                                         user=request.user)
+                                         user=request.user, tenant=form.cleaned_data["tenant"])
             except (UpstreamUnavailable, ValidationError) as exc:
                 form.add_error(None, "; ".join(getattr(exc, "messages", [str(exc)])))
             else:

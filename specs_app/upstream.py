@@ -31,7 +31,8 @@ from toolops.runtime.mcp_definitions import (
 )
 from toolops.runtime.rendering import ToolNameError, validate_tool_name
 
-from .models import Capability, ToolSpec, UpstreamTool
+from .models import Capability, Tenant, ToolSpec, UpstreamTool
+from .services import toolspec_check_owner
 
 logger = logging.getLogger(__name__)
 
@@ -87,11 +88,14 @@ def executor_config(*, url: str, tool: dict, credential: str, lookup: str | None
 
 def upstream_import(
     *, url: str, prefix: str, credential: str = "", lookups: dict[str, str] | None = None, user=None,
+    tenant: Tenant | None = None,
 ) -> ImportReport:
     """Create draft ToolSpecs for every tool the upstream lists (see the module docstring).
 
     A tool already imported with the same pin is reported unchanged; a changed one becomes the
     next version of its name. ``lookups`` maps an upstream tool to its lookup tool (by key).
+    ``tenant``: the drafts are owned by (and later listed to) that tenant only; ``None``: global.
+    A name whose versions already have another owner is skipped with the reason.
     """
     try:
         validate_tool_name(prefix)
@@ -102,7 +106,7 @@ def upstream_import(
     for tool in sorted(tools, key=lambda t: t.get("name", "")):
         try:
             spec = _import_one(url=url, prefix=prefix, tool=tool, credential=credential,
-                               lookup=(lookups or {}).get(tool.get("name", "")), user=user)
+                               lookup=(lookups or {}).get(tool.get("name", "")), user=user, tenant=tenant)
         except (ValidationError, ToolNameError) as exc:
             report.skipped[tool.get("name", "?")] = "; ".join(getattr(exc, "messages", [str(exc)]))
             continue
@@ -113,7 +117,7 @@ def upstream_import(
     return report
 
 
-def _import_one(*, url, prefix, tool, credential, lookup, user) -> ToolSpec | None:
+def _import_one(*, url, prefix, tool, credential, lookup, user, tenant) -> ToolSpec | None:
     name = toolops_name(prefix, tool["name"])
     validate_tool_name(name)
     sha = definition_sha256(tool)
@@ -126,8 +130,8 @@ def _import_one(*, url, prefix, tool, credential, lookup, user) -> ToolSpec | No
     )
     with transaction.atomic():
         top = ToolSpec.objects.select_for_update().filter(name=name).aggregate(v=Max("version"))["v"] or 0
-        spec = ToolSpec.objects.create(
-            name=name, version=top + 1, status=ToolSpec.Status.DRAFT,
+        spec = ToolSpec(
+            name=name, version=top + 1, status=ToolSpec.Status.DRAFT, tenant=tenant,
             title=(tool.get("title") or (tool.get("annotations") or {}).get("title") or "")[:200],
             description=tool.get("description") or "", input_schema=tool.get("inputSchema") or {"type": "object"},
             side_effect_class=proposal.side_effect_class,
@@ -136,6 +140,8 @@ def _import_one(*, url, prefix, tool, credential, lookup, user) -> ToolSpec | No
             timeout_policy=dict(DEFAULT_TIMEOUT_POLICY), result_policy={"max_bytes": 8192},
             executor=executor_config(url=url, tool=tool, credential=credential, lookup=lookup), created_by=user,
         )
+        toolspec_check_owner(spec=spec)
+        spec.save()
         UpstreamTool.objects.create(
             tool_spec=spec, server_url=url, upstream_name=tool["name"], credential=credential,
             pinned_definition=governed_definition(tool), pinned_sha256=sha,

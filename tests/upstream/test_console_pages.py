@@ -61,3 +61,24 @@ def test_the_new_version_action_drafts_from_the_changed_definition(notes, admin_
                       {"action": "new_version_from_change", "_selected_action": [watch.pk]})
     draft = ToolSpec.objects.get(name=specs["notes.search"].name, version=2)
     assert draft.status == "draft" and draft.description == "v2"
+
+
+def test_a_tenant_tool_admin_imports_only_into_their_tenant(notes, client):
+    from guardian.shortcuts import assign_perm
+
+    from tests.builders import make_staff, make_tenant
+
+    mine, theirs = make_tenant(slug="mine"), make_tenant(slug="theirs")
+    user = make_staff(username="tooladmin")
+    assign_perm("specs_app.add_toolspec", user)
+    assign_perm("specs_app.manage_toolspecs_tenant", user, mine)
+    client.force_login(user)
+    url = reverse("admin:specs_app_upstreamtool_import")
+    page = client.get(url).content.decode()
+    assert "mine" in page and "theirs" not in page
+    refused = client.post(url, {"url": notes.url, "prefix": "t1", "credential": SECRET_REF, "tenant": theirs.pk})
+    assert refused.status_code == 200 and not ToolSpec.objects.filter(name__startswith="t1.").exists()
+    refused = client.post(url, {"url": notes.url, "prefix": "t2", "credential": SECRET_REF})  # global: platform only
+    assert refused.status_code == 200 and not ToolSpec.objects.filter(name__startswith="t2.").exists()
+    client.post(url, {"url": notes.url, "prefix": "t3", "credential": SECRET_REF, "tenant": mine.pk})
+    assert set(ToolSpec.objects.filter(name__startswith="t3.").values_list("tenant_id", flat=True)) == {mine.pk}

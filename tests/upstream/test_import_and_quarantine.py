@@ -181,3 +181,40 @@ def test_the_database_refuses_to_lift_a_quarantine_by_hand(notes):
     with pytest.raises(IntegrityError), transaction.atomic():
         UpstreamTool.objects.filter(tool_spec=specs["notes.search"]).update(state="pinned")
     assert UpstreamTool.objects.get(tool_spec=specs["notes.search"]).state == "changed"
+
+
+# --- imported tools owned by a tenant ---------------------------------------------------------
+
+
+def test_it_imports_drafts_owned_by_a_tenant_and_lists_them_to_that_tenant_only(notes):
+    from specs_app.selectors import toolspecs_visible_to_subject
+    from tests.builders import make_subject, make_tenant
+
+    acme, other = make_tenant(slug="acme"), make_tenant(slug="other")
+    specs = published(upstream_import(url=notes.url, prefix="acme", credential=SECRET_REF, tenant=acme).created)
+    assert {s.tenant_id for s in specs.values()} == {acme.pk}
+    assert toolspecs_visible_to_subject(subject=make_subject(tenant=acme)).filter(name="acme.notes.search").exists()
+    assert not toolspecs_visible_to_subject(subject=make_subject(tenant=other)).filter(name__startswith="acme.").exists()
+
+
+def test_it_skips_a_tool_whose_name_another_owner_already_has(notes):
+    from tests.builders import make_tenant
+
+    upstream_import(url=notes.url, prefix="shared", credential=SECRET_REF)  # global drafts
+    notes.redefine("notes.search", description="Search notes, v2.")
+    report = upstream_import(url=notes.url, prefix="shared", credential=SECRET_REF, tenant=make_tenant())
+    assert report.created == []
+    assert "same owner" in report.skipped["notes.search"]
+    assert not ToolSpec.objects.filter(name="shared.notes.search", tenant__isnull=False).exists()
+
+
+def test_the_command_imports_for_a_tenant_by_slug(notes, capsys):
+    from django.core.management.base import CommandError
+
+    from tests.builders import make_tenant
+
+    tenant = make_tenant(slug="cli-tenant")
+    call_command("mcp_import", notes.url, "--prefix", "owned", "--credential", SECRET_REF, "--tenant", "cli-tenant")
+    assert set(ToolSpec.objects.filter(name__startswith="owned.").values_list("tenant_id", flat=True)) == {tenant.pk}
+    with pytest.raises(CommandError, match="no tenant"):
+        call_command("mcp_import", notes.url, "--prefix", "owned2", "--credential", SECRET_REF, "--tenant", "nope")
