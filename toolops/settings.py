@@ -342,6 +342,9 @@ TOOLOPS_CONSOLE_URL = os.environ.get("TOOLOPS_CONSOLE_URL", "http://127.0.0.1:80
 TOOLOPS_MCP_MAX_BODY_BYTES = env_int("TOOLOPS_MCP_MAX_BODY_BYTES", TOOLOPS_PARSER_MAX_BYTES + 64 * 1024)
 # How long a tools/call waits for an admitted call to settle before answering "working".
 TOOLOPS_MCP_WAIT_SECONDS = env_int("TOOLOPS_MCP_WAIT_SECONDS", 30)
+# How long a 2025-11-25 ``tasks/result`` waits for a call to become final before asking the
+# client to poll ``tasks/get`` (the wait holds one HTTP request open).
+TOOLOPS_MCP_TASK_RESULT_WAIT_SECONDS = env_int("TOOLOPS_MCP_TASK_RESULT_WAIT_SECONDS", 60)
 # Threads for the front door's ORM calls (each holds one database connection).
 TOOLOPS_MCP_DB_THREADS = env_int("TOOLOPS_MCP_DB_THREADS", 16)
 # Budgets of the runs the front door opens (a JSON object as in POST /api/v1/runs); none by default.

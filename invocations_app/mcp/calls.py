@@ -94,6 +94,7 @@ class CallOutcome:
 
     result: dict | None = None
     wait_for: uuid.UUID | None = None
+    invocation_id: uuid.UUID | None = None  # the call's record, when the proposal made one
 
 
 # --- tools/list -------------------------------------------------------------------------------
@@ -147,7 +148,9 @@ def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes) -> 
     if settings.TOOLOPS_MCP_INLINE_READS:
         _execute_inline_if_read(invocation)
     answer = mcp_call_poll(subject=request.subject, invocation_id=invocation.pk)
-    return CallOutcome(result=answer) if answer is not None else CallOutcome(wait_for=invocation.pk)
+    if answer is not None:
+        return CallOutcome(result=answer, invocation_id=invocation.pk)
+    return CallOutcome(wait_for=invocation.pk, invocation_id=invocation.pk)
 
 
 def _execute_inline_if_read(invocation: Invocation) -> None:

@@ -26,6 +26,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolops.runtime.jsonrpc_raw import RawJSONError, member_bytes
@@ -40,7 +41,9 @@ from .elicitation import (
 from .identity import ApiTokenVerifier, request_subject
 from .tasks import EXTENSION as TASKS_EXTENSION
 from .tasks import (
-    TaskIdParams, TaskUpdateParams, client_accepts_tasks, require_tasks_capability, task_cancel, task_created, task_get,
+    LEGACY_SERVER_CAPABILITY, TaskIdParams, TaskUpdateParams, client_accepts_tasks, is_legacy_protocol, legacy_task_cancel,
+    legacy_task_created, legacy_task_get, legacy_task_payload, require_tasks_capability, task_cancel, task_created,
+    task_get,
 )
 from .wakeups import FALLBACK_SECONDS, WAKEUPS
 
@@ -96,6 +99,8 @@ def _arguments_bytes(ctx: ServerRequestContext[Any, Any], params: types.CallTool
 
 async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
     tools = await in_db_thread(mcp_tools_list, request=_request(ctx))
+    if is_legacy_protocol(ctx.protocol_version):  # 2025-11-25: every call may run as a task
+        tools = [{**t, "execution": {"taskSupport": "optional"}} for t in tools]
     return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in tools])
 
 
@@ -112,6 +117,9 @@ async def on_call_tool(
     if params.request_state is not None:
         return await _confirmation_retry(request, params)
     outcome = await in_db_thread(mcp_tool_call, request=request, name=params.name, arguments_bytes=_arguments_bytes(ctx, params))
+    if params.task is not None and outcome.invocation_id is not None and is_legacy_protocol(request.protocol_version):
+        # 2025-11-25 task-augmented call: the task (the durable invocation) at once, whatever its state.
+        return await in_db_thread(legacy_task_created, subject=request.subject, invocation_id=outcome.invocation_id)
     result = outcome.result
     if result is None:
         result = await _wait_for_answer(request, outcome.wait_for)
@@ -128,14 +136,41 @@ async def on_call_tool(
 
 async def on_tasks_get(ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict:
     request = _request(ctx)
+    if is_legacy_protocol(request.protocol_version):
+        return await in_db_thread(legacy_task_get, subject=request.subject, task_id=params.task_id)
     require_tasks_capability(request.meta)
     return await in_db_thread(task_get, subject=request.subject, task_id=params.task_id)
 
 
 async def on_tasks_cancel(ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict:
     request = _request(ctx)
+    if is_legacy_protocol(request.protocol_version):
+        return await in_db_thread(legacy_task_cancel, subject=request.subject, task_id=params.task_id)
     require_tasks_capability(request.meta)
     return await in_db_thread(task_cancel, subject=request.subject, task_id=params.task_id)
+
+
+async def on_tasks_result(ctx: ServerRequestContext[Any, Any], params: TaskIdParams) -> dict:
+    """2025-11-25 ``tasks/result``: the call's recorded result once it is final, waiting for it
+    (woken by its state changes) up to ``TOOLOPS_MCP_TASK_RESULT_WAIT_SECONDS``; after that an
+    error telling the client to poll ``tasks/get`` (a person may take hours)."""
+    request = _request(ctx)
+    if not is_legacy_protocol(request.protocol_version):
+        raise MCPError(types.METHOD_NOT_FOUND, "tasks/result is a 2025-11-25 method; use tasks/get")
+    deadline = time.monotonic() + settings.TOOLOPS_MCP_TASK_RESULT_WAIT_SECONDS
+    while True:
+        wake = WAKEUPS.arm(params.task_id)
+        try:
+            payload = await in_db_thread(legacy_task_payload, subject=request.subject, task_id=params.task_id)
+            if payload is not None:
+                return payload
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise MCPError(types.INVALID_PARAMS, "the task is still working: poll tasks/get and ask again once it is final")
+            with anyio.move_on_after(min(remaining, FALLBACK_SECONDS if WAKEUPS.listening else _POLL_MAX * 25)):
+                await wake.wait()
+        finally:
+            WAKEUPS.disarm(params.task_id, wake)
 
 
 async def on_tasks_update(ctx: ServerRequestContext[Any, Any], params: TaskUpdateParams) -> dict:
@@ -205,11 +240,22 @@ def build_server() -> Server[Any]:
     server.add_request_handler("tasks/get", TaskIdParams, on_tasks_get)
     server.add_request_handler("tasks/update", TaskUpdateParams, on_tasks_update)
     server.add_request_handler("tasks/cancel", TaskIdParams, on_tasks_cancel)
+    server.add_request_handler("tasks/result", TaskIdParams, on_tasks_result)  # 2025-11-25 only
     return server
 
 
+class _Server(Server[Any]):
+    def get_capabilities(self, *args, protocol_version: str | None = None, **kwargs) -> types.ServerCapabilities:
+        """2025-11-25 sessions learn in ``initialize`` that calls may run as tasks (then a core
+        capability; 2026-07-28 clients see the tasks extension instead)."""
+        capabilities = super().get_capabilities(*args, protocol_version=protocol_version, **kwargs)
+        if is_legacy_protocol(protocol_version):
+            capabilities.tasks = LEGACY_SERVER_CAPABILITY
+        return capabilities
+
+
 def _server() -> Server[Any]:
-    return Server(
+    return _Server(
         "toolops", version="1", title="ToolOps",
         instructions=(
             "Tools governed by ToolOps: every call is validated, authorized and recorded; some wait "

@@ -21,6 +21,13 @@ any other terminal state (a denial included)     completed     ``result``: the r
                                                                a failure or denial)
 ===============================================  ============  ==============================
 
+**2025-11-25 session clients** get the same task in that revision's shape (``legacy_*`` below): the
+server advertises ``capabilities.tasks`` (``cancel``, ``requests.tools.call``) in ``initialize``,
+lists every tool with ``execution.taskSupport: "optional"``, answers a ``tools/call`` that carries
+``params.task`` with ``CreateTaskResult`` (``{"task": {...}}``) and serves ``tasks/get``,
+``tasks/result`` (the recorded tool message once final, with the related-task ``_meta``) and
+``tasks/cancel`` (the task as it stands after the cancel; a final task cannot be cancelled).
+
 ``tasks/cancel`` is ``invocation_cancel``, honest about the commit boundary: the empty
 acknowledgement carries ``_meta["dev.toolops/cancel"]`` = ``cancelled`` (nothing was sent),
 ``cancel_requested`` (an attempt is in flight: it ends cancelled only if nothing committed) or
@@ -34,6 +41,9 @@ from typing import Any
 
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
+from mcp_types import _v2025_11_25 as v2025
+from mcp_types import methods as _methods
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from specs_app.models import Subject
 from toolops.errors import Conflict, NotFound
@@ -45,6 +55,7 @@ from ..tool_messages import answering_invocation, tool_message
 from ..cancellation import invocation_cancel
 
 EXTENSION = "io.modelcontextprotocol/tasks"
+RELATED_TASK_META_KEY = "io.modelcontextprotocol/related-task"  # 2025-11-25
 CANCEL_META_KEY = "dev.toolops/cancel"
 POLL_INTERVAL_MS = 1000
 
@@ -122,3 +133,78 @@ def _working_message(invocation: Invocation) -> str:
 
 def _iso(value: datetime) -> str:
     return value.isoformat()
+
+
+# --- 2025-11-25: tasks as a core (experimental) capability of the session ----------------------
+
+# The SDK sieves a 2025-11-25 ``tools/call`` result through CallToolResult alone (its surface
+# table, a read-only mapping), which rejects a task-augmented call's CreateTaskResult — that
+# revision's other answer. Its serializer is looked up on the module at call time, so it is
+# wrapped to validate that one entry against both shapes; every other entry is the SDK's.
+_SURFACE_WITH_TASKS = {**_methods.SERVER_RESULTS,
+                       ("tools/call", "2025-11-25"): v2025.CallToolResult | v2025.CreateTaskResult}
+
+
+def _serialize_with_tasks(serialize):
+    def serialize_server_result(method, version, data, *, surface=_methods.SERVER_RESULTS):
+        return serialize(method, version, data, surface=_SURFACE_WITH_TASKS if surface is _methods.SERVER_RESULTS else surface)
+
+    return serialize_server_result
+
+
+if not hasattr(_methods.serialize_server_result, "toolops_tasks"):  # once, however often imported
+    _methods.serialize_server_result = _serialize_with_tasks(_methods.serialize_server_result)
+    _methods.serialize_server_result.toolops_tasks = True
+# Call records are kept far longer than this; a task is readable at least this long (ms).
+LEGACY_TASK_TTL_MS = 30 * 24 * 3600 * 1000
+
+LEGACY_SERVER_CAPABILITY = types.ServerTasksCapability(
+    cancel=types.TasksCancelCapability(),
+    requests=types.ServerTasksRequestsCapability(tools=types.TasksToolsCapability(call=types.TasksCallCapability())),
+)
+
+
+def is_legacy_protocol(protocol_version: str | None) -> bool:
+    """A handshake-era (2025-11-25 or older) session, where tasks are the core capability."""
+    return protocol_version not in MODERN_PROTOCOL_VERSIONS
+
+
+def legacy_task(invocation: Invocation) -> dict:
+    """The 2025-11-25 ``Task`` for a call: the same status mapping, that revision's field names."""
+    task = _task(invocation)
+    legacy = {"taskId": task["taskId"], "status": task["status"], "createdAt": task["createdAt"],
+              "lastUpdatedAt": task["lastUpdatedAt"], "ttl": LEGACY_TASK_TTL_MS, "pollInterval": POLL_INTERVAL_MS}
+    if task.get("statusMessage"):
+        legacy["statusMessage"] = task["statusMessage"]
+    return legacy
+
+
+def legacy_task_created(*, subject: Subject, invocation_id) -> dict:
+    return {"task": legacy_task(_invocation(subject, invocation_id))}
+
+
+def legacy_task_get(*, subject: Subject, task_id: str) -> dict:
+    return legacy_task(_invocation(subject, task_id))
+
+
+def legacy_task_payload(*, subject: Subject, task_id: str) -> dict | None:
+    """``tasks/result``: the recorded MCP tool message of a final call (a cancelled one included,
+    as ``isError``), tagged with its task; ``None`` while it is still working."""
+    invocation = answering_invocation(_invocation(subject, task_id))
+    if invocation.state not in TERMINAL:
+        return None
+    result = json.loads(tool_message(invocation=invocation, fmt="mcp"))
+    result.setdefault("_meta", {})[RELATED_TASK_META_KEY] = {"taskId": str(task_id)}
+    return result
+
+
+def legacy_task_cancel(*, subject: Subject, task_id: str) -> dict:
+    """Cancel as ``invocation_cancel`` does (honest about the commit boundary) and answer the task
+    as it now stands: ``cancelled`` if nothing was sent, else still ``working`` (an attempt in
+    flight ends cancelled only if nothing committed) with the outcome in ``_meta``."""
+    invocation = _invocation(subject, task_id)
+    if invocation.state in TERMINAL:
+        status = legacy_task(invocation)["status"]
+        raise MCPError(types.INVALID_PARAMS, f"Cannot cancel task: already in terminal status '{status}'")
+    outcome = task_cancel(subject=subject, task_id=task_id)
+    return {**legacy_task(_invocation(subject, task_id)), **outcome}
