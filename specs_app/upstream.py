@@ -17,6 +17,7 @@ Network I/O never runs inside a transaction here: the listing is fetched first, 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -25,7 +26,8 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from toolops import mcp_client
+from toolops import egress_net, mcp_client
+from toolops.runtime.egress import EgressRefused
 from toolops.runtime.mcp_definitions import (
     QUARANTINED, Watch, definition_sha256, governed_definition, proposed_class, toolops_name, watch_next,
 )
@@ -58,10 +60,23 @@ def credential_headers(credential: str) -> dict[str, str]:
 
 
 def upstream_list(*, url: str, credential: str = "") -> list[dict]:
-    """The upstream's tool definitions; ``UpstreamUnavailable`` when it cannot be listed."""
+    """The upstream's tool definitions; ``UpstreamUnavailable`` when it cannot be listed.
+
+    Under the executor's egress policy (``toolops.egress_net``): http(s) only, the host resolved
+    once and its address refused when private, loopback, link-local… unless the operator's
+    ``TOOLOPS_EGRESS_ALLOW`` names it, the SDK client pinned to that address and origin, no
+    redirects, one deadline and a byte cap — an import or refresh of a hostile URL connects
+    nowhere the MCP executor could not."""
+    headers = credential_headers(credential)
     try:
-        return mcp_client.list_tools(url=url, headers=credential_headers(credential), timeout=LIST_TIMEOUT_SECONDS,
-                                     max_bytes=LIST_MAX_BYTES)
+        pin = egress_net.mcp_pin(url, egress_net.operator_openers(), time.monotonic() + LIST_TIMEOUT_SECONDS)
+    except EgressRefused as exc:
+        raise UpstreamUnavailable(f"{url}: egress refused ({exc.code}): {exc.message}") from None
+    except egress_net.TransportFailure as exc:
+        raise UpstreamUnavailable(f"{url}: not_reached: {exc.message}") from None
+    try:
+        return mcp_client.list_tools(url=url, headers=headers, timeout=LIST_TIMEOUT_SECONDS, max_bytes=LIST_MAX_BYTES,
+                                     pin=pin)
     except mcp_client.UpstreamFailure as exc:
         raise UpstreamUnavailable(f"{url}: {exc.kind}: {exc}") from None
 
@@ -262,6 +277,13 @@ def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
 def upstream_state_for_ref(*, name: str, version: int) -> str | None:
     """The watch state of an imported tool version in one indexed read; None when not imported."""
     return UpstreamTool.objects.filter(tool_spec__name=name, tool_spec__version=version).values_list("state", flat=True).first()
+
+
+def upstream_unreachable_list(*, limit: int = 50) -> list[UpstreamTool]:
+    """Imported tools whose last refresh could not list their server (unreachable, refused by the
+    egress policy, …), the error recorded in ``check_error``; quarantined ones are listed there."""
+    return list(UpstreamTool.objects.exclude(check_error="").exclude(state__in=QUARANTINED)
+                .exclude(tool_spec__status=ToolSpec.Status.RETIRED).select_related("tool_spec").order_by("-checked_at")[:limit])
 
 
 def upstream_quarantine_list(*, limit: int = 50) -> list[UpstreamTool]:

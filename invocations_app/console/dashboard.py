@@ -60,7 +60,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from specs_app.upstream import upstream_quarantine_list
+from specs_app.upstream import upstream_quarantine_list, upstream_unreachable_list
 from toolops.runtime.states import TERMINAL, State
 
 from ..models import Attempt, Confirmation, Invocation, Run
@@ -215,6 +215,7 @@ class Dashboard:
     exhausted_url: str
     attempts_generated_at: datetime | None = None
     quarantined: list[dict] = field(default_factory=list)  # imported MCP tools refused until re-versioned
+    unreachable: list[dict] = field(default_factory=list)  # imported MCP tools whose server the last refresh could not list
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -470,7 +471,7 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
         unknown=unknown, unknown_by_tool=unknown_by_tool, tools=tool_rows, exhausted_total=sum(ex_series),
         exhausted_series=ex_series, exhausted_spark=spark(ex_series), exhausted_by_reason=by_reason,
         exhausted_url=reverse("admin:invocations_app_run_changelist") + "?" + urlencode({"status__exact": Run.Status.EXHAUSTED}),
-        attempts_generated_at=attempts_at, quarantined=_quarantined(tenants),
+        attempts_generated_at=attempts_at, quarantined=_quarantined(tenants), unreachable=_unreachable(tenants),
     )
 
 
@@ -480,6 +481,14 @@ def _quarantined(tenants: frozenset[int] | None) -> list[dict]:
     return [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
              "server_url": w.server_url, "state": w.state, "changed": ", ".join(w.changed_fields), "detected_at": w.detected_at}
             for w in upstream_quarantine_list() if tenants is None or w.tool_spec.tenant_id in tenants]
+
+
+def _unreachable(tenants: frozenset[int] | None) -> list[dict]:
+    """6b. imported MCP tools whose server the last refresh could not list (down, or refused by the
+    egress policy): their pins are unverified, so an admin should know; same tenant rule as 6."""
+    return [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
+             "server_url": w.server_url, "error": w.check_error, "checked_at": w.checked_at}
+            for w in upstream_unreachable_list() if tenants is None or w.tool_spec.tenant_id in tenants]
 
 
 def _scope_key(tenants: frozenset[int] | None) -> str:
