@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from toolops import egress_net, mcp_client
@@ -279,13 +279,13 @@ def upstream_state_for_ref(*, name: str, version: int) -> str | None:
     return UpstreamTool.objects.filter(tool_spec__name=name, tool_spec__version=version).values_list("state", flat=True).first()
 
 
-def upstream_unreachable_list(*, limit: int = 50) -> list[UpstreamTool]:
-    """Imported tools whose last refresh could not list their server (unreachable, refused by the
-    egress policy, …), the error recorded in ``check_error``; quarantined ones are listed there."""
-    return list(UpstreamTool.objects.exclude(check_error="").exclude(state__in=QUARANTINED)
-                .exclude(tool_spec__status=ToolSpec.Status.RETIRED).select_related("tool_spec").order_by("-checked_at")[:limit])
-
-
-def upstream_quarantine_list(*, limit: int = 50) -> list[UpstreamTool]:
-    """Quarantined imported tools, newest detection first (partial index on state)."""
-    return list(UpstreamTool.objects.filter(state__in=QUARANTINED).select_related("tool_spec").order_by("-detected_at")[:limit])
+def upstream_alerts(*, limit: int = 50) -> tuple[list[UpstreamTool], list[UpstreamTool]]:
+    """In one query: quarantined imported tools (newest detection first), and those whose last
+    refresh could not list their server — down, or refused by the egress policy — with the error
+    in ``check_error`` (most recently checked first). Retired versions are left out of the latter."""
+    rows = (UpstreamTool.objects.filter(Q(state__in=QUARANTINED) | ~Q(check_error=""))
+            .exclude(~Q(state__in=QUARANTINED) & Q(tool_spec__status=ToolSpec.Status.RETIRED))
+            .select_related("tool_spec").order_by(F("detected_at").desc(nulls_last=True), "-checked_at")[: 2 * limit])
+    quarantined = [r for r in rows if r.state in QUARANTINED][:limit]
+    unreachable = sorted((r for r in rows if r.state not in QUARANTINED), key=lambda r: r.checked_at, reverse=True)[:limit]
+    return quarantined, unreachable

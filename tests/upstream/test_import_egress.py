@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
-from invocations_app.console.dashboard import _unreachable
+from invocations_app.console.dashboard import _upstream_cards
 from invocations_app.management.commands.run_console import demo_egress_allow
 from specs_app.models import UpstreamTool
 from specs_app.upstream import UpstreamUnavailable, upstream_import, upstream_refresh
@@ -68,13 +68,13 @@ def test_a_refused_refresh_is_recorded_and_shown_not_raised(notes, settings):
     rows = list(UpstreamTool.objects.all())
     assert {r.state for r in rows} == {"pinned"}
     assert all(r.check_error.startswith(f"{notes.url}: egress refused") for r in rows)
-    flagged = _unreachable(None)
+    flagged = _upstream_cards(None)["unreachable"]
     assert sorted(w["ref"] for w in flagged) == sorted(r.tool_spec.ref for r in rows)
     assert all("egress refused" in w["error"] for w in flagged)
     # Opened again: the next refresh clears the flag.
     settings.TOOLOPS_EGRESS_ALLOW = [*settings.TOOLOPS_EGRESS_ALLOW, notes.address]
     assert upstream_refresh()["pinned"] == 4
-    assert _unreachable(None) == []
+    assert _upstream_cards(None)["unreachable"] == []
 
 
 def test_the_demo_notes_server_is_not_open_by_default(settings):
