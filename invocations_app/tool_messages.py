@@ -176,13 +176,18 @@ def binary_url(invocation: Invocation) -> str:
 
 
 def result_binary(*, invocation: Invocation) -> ResultBinary:
-    """A binary result's stored bytes; ``Conflict`` without one, ``Gone`` (410) past its expiry."""
+    """A binary result's stored bytes; ``Conflict`` without one, 410 ``result_expired`` past its
+    expiry or once purged (the problem names what it was: media type, size, SHA-256)."""
     stored = ResultBinary.objects.filter(invocation=invocation).first()
     if stored is None:
         raise Conflict("this invocation has no binary result", code="no_binary_result")
-    if stored.expires_at <= timezone.now():
-        raise ApplicationError(f"the binary result expired at {stored.expires_at.isoformat()}",
-                               code="binary_result_expired", status=410)
+    if stored.purged_at is not None or stored.expires_at <= timezone.now():
+        # Expired (maybe not yet purged: the beat runs every few minutes) — never served either way.
+        raise ApplicationError(
+            f"the binary result expired at {stored.expires_at.isoformat()}", code="result_expired", status=410,
+            extra={"media_type": stored.media_type, "size_bytes": stored.size_bytes, "sha256": stored.sha256,
+                   "expired_at": stored.expires_at.isoformat(), "purged": stored.purged_at is not None},
+        )
     return stored
 
 
