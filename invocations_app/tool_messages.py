@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from toolops.errors import ApplicationError, Conflict
+from toolops.runtime.free_text import FreeTextRule
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, redact, render
@@ -65,10 +66,19 @@ def edit_notice(invocation: Invocation) -> dict | None:
             "reason": decision.reason if decision is not None else ""}
 
 
+def output_schema(invocation: Invocation) -> dict | None:
+    """The result's schema where the ToolSpec pins one (an imported MCP tool's ``outputSchema``)."""
+    schema = ((invocation.tool_spec.executor or {}) if invocation.tool_spec else {}).get("output_schema")
+    return schema if isinstance(schema, dict) else None
+
+
 def encode(invocation: Invocation, result: ToolResult):
+    """Identifiers, enum members and formatted values of a result stay usable (``FreeTextRule``);
+    free text is wrapped as untrusted — inside a string where an output schema fixes the types."""
+    schema = output_schema(invocation)
     return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
                          tool_ref=invocation.tool_ref or invocation.proposal.name,
-                         edited_by_approver=edit_notice(invocation))
+                         edited_by_approver=edit_notice(invocation), free_text=FreeTextRule(schema), output_schema=schema)
 
 
 def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:

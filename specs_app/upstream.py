@@ -93,6 +93,10 @@ def executor_config(*, url: str, tool: dict, credential: str, lookup: str | None
         "kind": "mcp", "url": url, "tool": tool["name"], "definition_sha256": definition_sha256(tool),
         "max_response_bytes": DEFAULT_RESPONSE_CAP,
     }
+    if isinstance(tool.get("outputSchema"), dict):
+        # Pinned with the definition: the result encoder keeps ids, enums and formats out of the
+        # untrusted wrapping by it, and wraps free text so the value still validates against it.
+        config["output_schema"] = tool["outputSchema"]
     if credential:
         config["credential"] = credential
     if lookup:
@@ -232,6 +236,9 @@ def upstream_new_version(*, upstream: UpstreamTool, user=None) -> ToolSpec:
     tool = upstream.observed_definition
     proposal = proposed_class(tool.get("annotations"))
     config = {**(old.executor or {}), "definition_sha256": definition_sha256(tool)}
+    config.pop("output_schema", None)
+    if isinstance(tool.get("outputSchema"), dict):
+        config["output_schema"] = tool["outputSchema"]
     with transaction.atomic():
         top = ToolSpec.objects.select_for_update().filter(name=old.name).aggregate(v=Max("version"))["v"] or 0
         spec = ToolSpec.objects.create(
