@@ -290,7 +290,7 @@ class InvocationBinaryView(APIView):
     @extend_schema(
         responses={(200, "application/octet-stream"): OpenApiResponse(
             OpenApiTypes.BINARY, description="the bytes exactly as the tool sent them; Content-Type is their media type"),
-            **problem_responses({404: ["not_found"], 409: ["no_binary_result"], 410: ["binary_result_expired"]})},
+            **problem_responses({404: ["not_found"], 409: ["no_binary_result"], 410: ["result_expired"]})},
         summary="A binary result's bytes (the tool message references them by media type, size and SHA-256)",
     )
     def get(self, request, invocation_id):

@@ -28,11 +28,12 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from dataclasses import dataclass, field
 from typing import Any, Mapping
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from django.conf import settings
 
-from toolops.runtime.egress import MAX_REDIRECTS, EgressRefused, openers_from_allowlist
+from toolops.egress_net import operator_openers
+from toolops.runtime.egress import MAX_REDIRECTS, EgressRefused
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, outcome_for_status, parse_retry_after
 from toolops.runtime.media import binary_body, decode_text, holds_nul
 from toolops.runtime.parser import ParseRejected, parse_strict
@@ -194,22 +195,6 @@ def _secret_headers(config: dict) -> frozenset[str]:
     names = set(http_client.secret_header_names(config.get("headers")))
     names.update(h.lower() for h in (config.get("idempotency_header"), config.get("client_reference_header")) if h)
     return frozenset(names)
-
-
-def operator_openers() -> frozenset[tuple[str, int]]:
-    """Addresses the operator lets ToolSpec-fixed endpoints reach although they are private:
-    ``TOOLOPS_EGRESS_ALLOW`` plus the demo services' own addresses (``{base}`` and the demo
-    notes MCP server ``make run`` starts)."""
-    entries = list(getattr(settings, "TOOLOPS_EGRESS_ALLOW", ()) or ())
-    for url in (settings.TOOLOPS_DEMO_SERVICES_URL, settings.TOOLOPS_DEMO_NOTES_MCP_URL):
-        base = urlsplit(url)
-        if base.hostname and base.port:
-            entries.append(f"{base.hostname}:{base.port}" if ":" not in base.hostname else f"[{base.hostname}]:{base.port}")
-    try:
-        return frozenset(openers_from_allowlist(entries))
-    except ValueError:
-        logger.warning("TOOLOPS_EGRESS_ALLOW / TOOLOPS_DEMO_SERVICES_URL name a host, not an address: ignored")
-        return frozenset()
 
 
 def _policy(config: dict, template: str, ctx: AttemptContext) -> EgressPolicy:

@@ -33,22 +33,14 @@ from typing import Mapping
 import certifi
 from urllib3.connection import HTTPConnection, HTTPSConnection
 
+from toolops.egress_net import TransportFailure, checked_address, resolve  # noqa: F401 - checked_address: the MCP executor's
 from toolops.runtime.egress import (
-    OUT_OF_SCOPE, EgressRefused, Target, check_addresses, hop_in_scope, literal_address, openers_from_grants,
-    redirect_target, target_for,
+    OUT_OF_SCOPE, EgressRefused, Target, check_addresses, hop_in_scope, openers_from_grants, redirect_target, target_for,
 )
 
 REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 CHUNK_BYTES = 64 * 1024
 KEPT_HEADERS = ("content-type", "retry-after", "content-encoding")
-
-
-class TransportFailure(Exception):
-    """No usable answer. ``reached``: the request may have arrived (the tool may have acted)."""
-
-    def __init__(self, message: str, *, reached: bool, deadline: bool = False) -> None:
-        super().__init__(message)
-        self.message, self.reached, self.deadline = message, reached, deadline
 
 
 @dataclass(frozen=True)
@@ -93,7 +85,7 @@ def send(request: HttpRequest, policy: EgressPolicy) -> HttpResponse:
     hops: list[str] = []
     for hop in range(policy.follow_redirects + 1):
         _authorize_hop(target, policy, first_origin, hop)
-        address = check_addresses(target, _resolve(target, policy.deadline), openers)
+        address = check_addresses(target, resolve(target, policy.deadline), openers)
         hops.append(target.url)
         response = _exchange(address, target, method, headers, body, policy)
         response.hops = hops
@@ -109,13 +101,6 @@ def send(request: HttpRequest, policy: EgressPolicy) -> HttpResponse:
     raise AssertionError("unreachable")  # the loop returns on its last hop
 
 
-def checked_address(url: str, openers: frozenset[tuple[str, int]], deadline: float) -> tuple[Target, str]:
-    """Steps 1–2 for a client that does its own I/O (the MCP executor's SDK client): the URL as
-    a target and the one checked address to connect to; ``EgressRefused`` or ``TransportFailure``."""
-    target = target_for(url)
-    return target, check_addresses(target, _resolve(target, deadline), set(openers))
-
-
 def _authorize_hop(target: Target, policy: EgressPolicy, first_origin, hop: int) -> None:
     if policy.url_from_arguments:
         if not hop_in_scope(target, policy.grants):
@@ -123,33 +108,6 @@ def _authorize_hop(target: Target, policy: EgressPolicy, first_origin, hop: int)
             raise EgressRefused(OUT_OF_SCOPE, f"{where} is outside the granted URL scope")
     elif hop and target.parts.origin != first_origin:
         raise EgressRefused(OUT_OF_SCOPE, f"redirect hop {hop} leaves the tool's configured origin")
-
-
-def _resolve(target: Target, deadline: float) -> list[str]:
-    """Every address of the host, resolved once (an IP literal is its own address)."""
-    literal = literal_address(target.parts.host)
-    if literal is not None:
-        return [literal]
-    answer: dict[str, object] = {}
-    done = threading.Event()
-
-    def lookup() -> None:  # getaddrinfo has no timeout of its own: the deadline bounds the wait
-        try:
-            answer["infos"] = socket.getaddrinfo(target.parts.host, target.parts.port, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError) as exc:
-            answer["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=lookup, name="resolve", daemon=True).start()
-    if not done.wait(max(0.0, deadline - time.monotonic())):
-        raise TransportFailure(f"resolving {target.parts.host} outlasted the attempt deadline", reached=False, deadline=True)
-    if "error" in answer:
-        raise TransportFailure(f"cannot resolve {target.parts.host} ({type(answer['error']).__name__})", reached=False)
-    seen: dict[str, None] = {}
-    for info in answer["infos"]:
-        seen.setdefault(info[4][0], None)
-    return list(seen)
 
 
 class _Watchdog:

@@ -14,7 +14,7 @@ Rules, the same as for the HTTP executor:
 * credentials come from ``settings.TOOLOPS_TOOL_SECRETS`` by reference; the agent's token never
   leaves ToolOps; the (tenant-scoped) idempotency key and the attempt's ``traceparent`` go in
   ``_meta``;
-* the egress policy of the HTTP executor (``http_client.checked_address``): http(s) only, the
+* the egress policy of the HTTP executor (``toolops.egress_net``, as for import and refresh): http(s) only, the
   host resolved once and every address checked against the deny-list (a private address only
   when the operator's ``TOOLOPS_EGRESS_ALLOW`` names that address and port), the SDK client
   pinned to that address and origin, no redirects;
@@ -35,14 +35,13 @@ from typing import Any
 from django.core.exceptions import ValidationError
 
 from specs_app.upstream import credential_headers, upstream_drift_seen, upstream_state_for_ref
-from toolops import mcp_client
+from toolops import egress_net, mcp_client
 from toolops.runtime.egress import EgressRefused
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
 from toolops.runtime.mcp_definitions import QUARANTINED, result_value, upstream_meta
 from toolops.runtime.rendering import parse_tool_ref
 from toolops.runtime.requirements import resolve_pointer
 
-from . import http_client
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +82,7 @@ def quarantine_refusal(ctx) -> ExecutionOutcome | None:
 
 def egress_pin(config: dict, ctx, openers: frozenset) -> mcp_client.Pin:
     """The upstream's checked address (``EgressRefused`` / ``TransportFailure`` before sending)."""
-    target, address = http_client.checked_address(str(config.get("url") or ""), openers, ctx.attempt_deadline())
-    return mcp_client.Pin(target.parts.scheme, target.parts.host, target.parts.port, address)
+    return egress_net.mcp_pin(str(config.get("url") or ""), openers, ctx.attempt_deadline())
 
 
 def response_cap(config: dict, ctx) -> int:
@@ -104,7 +102,7 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
         pin = egress_pin(config, ctx, openers)
     except EgressRefused as exc:
         return _refused(ctx, exc.code, exc.message)
-    except http_client.TransportFailure as exc:
+    except egress_net.TransportFailure as exc:
         return ExecutionOutcome(commit=_not_committed(ctx), failure_class="not_reached",
                                 error={"code": "not_reached", "message": exc.message})
     write = ctx.side_effect_class != "read_only"
@@ -184,7 +182,7 @@ def lookup_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = frozen
         pin = egress_pin(config, ctx, openers)
     except EgressRefused as exc:
         return LookupOutcome(committed=None, detail={"reason": f"the egress policy refused the lookup ({exc.code})"})
-    except http_client.TransportFailure:
+    except egress_net.TransportFailure:
         return LookupOutcome(committed=None, detail={"reason": "the upstream could not be reached"})
     try:
         result = mcp_client.call_tool(

@@ -446,7 +446,8 @@ class ResultBody(models.Model):
 
 class ResultBinary(models.Model):
     """A result that is bytes, not text (SPEC §10): stored as received, referenced from the tool
-    message by media type, size and SHA-256, served at its result URL until ``expires_at``."""
+    message by media type, size and SHA-256, served at its result URL until ``expires_at``; the
+    beat's purge then drops the bytes (``purged_at``) and the URL answers 410 ``result_expired``."""
 
     invocation = models.OneToOneField(Invocation, on_delete=models.PROTECT, related_name="result_binary")
     media_type = models.CharField(max_length=200)
@@ -456,6 +457,13 @@ class ResultBinary(models.Model):
     truncated = models.BooleanField(default=False)  # reading stopped at the result policy's cap
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
+    # Set by the purge (``retention.binaries_purge_expired``) when it drops the bytes; the row keeps
+    # media type, size and SHA-256, so the record still says what the model was shown.
+    purged_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["expires_at"], name="resultbinary_unpurged_exp",
+                                condition=models.Q(purged_at__isnull=True))]
 
 
 class ModelCallMessage(models.Model):

@@ -25,6 +25,7 @@ from .dispatch import EXECUTE_TASK, WEBHOOK_DELIVER_TASK, enqueue_execution, rea
 from .escalations import confirmations_escalate_due
 from .execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
 from .models import Invocation
+from .retention import binaries_purge_expired
 from .webhook_delivery import webhook_deliveries_due, webhook_delivery_attempt
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,12 @@ def confirmations_escalate_due_task() -> int:
 def webhook_deliver_task(delivery_id: str) -> str:
     """One try of one webhook delivery; a duplicate or early message loses the claim and exits."""
     return webhook_delivery_attempt(delivery_id=delivery_id)
+
+
+@shared_task(name="invocations.purge_expired_binaries", ignore_result=True)
+def purge_expired_binaries_task() -> int:
+    """Periodic: drop the bytes of binary results past their retention (the rows stay)."""
+    return binaries_purge_expired()
 
 
 @shared_task(name="webhooks.deliver_due", ignore_result=True)

@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 
 from toolops.errors import ApplicationError, Conflict
+from toolops.runtime.free_text import FreeTextRule
 from toolops.runtime.rendering import FORMATS
 from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, redact, render
@@ -65,10 +66,19 @@ def edit_notice(invocation: Invocation) -> dict | None:
             "reason": decision.reason if decision is not None else ""}
 
 
+def output_schema(invocation: Invocation) -> dict | None:
+    """The result's schema where the ToolSpec pins one (an imported MCP tool's ``outputSchema``)."""
+    schema = ((invocation.tool_spec.executor or {}) if invocation.tool_spec else {}).get("output_schema")
+    return schema if isinstance(schema, dict) else None
+
+
 def encode(invocation: Invocation, result: ToolResult):
+    """Identifiers, enum members and formatted values of a result stay usable (``FreeTextRule``);
+    free text is wrapped as untrusted — inside a string where an output schema fixes the types."""
+    schema = output_schema(invocation)
     return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
                          tool_ref=invocation.tool_ref or invocation.proposal.name,
-                         edited_by_approver=edit_notice(invocation))
+                         edited_by_approver=edit_notice(invocation), free_text=FreeTextRule(schema), output_schema=schema)
 
 
 def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:
@@ -176,13 +186,18 @@ def binary_url(invocation: Invocation) -> str:
 
 
 def result_binary(*, invocation: Invocation) -> ResultBinary:
-    """A binary result's stored bytes; ``Conflict`` without one, ``Gone`` (410) past its expiry."""
+    """A binary result's stored bytes; ``Conflict`` without one, 410 ``result_expired`` past its
+    expiry or once purged (the problem names what it was: media type, size, SHA-256)."""
     stored = ResultBinary.objects.filter(invocation=invocation).first()
     if stored is None:
         raise Conflict("this invocation has no binary result", code="no_binary_result")
-    if stored.expires_at <= timezone.now():
-        raise ApplicationError(f"the binary result expired at {stored.expires_at.isoformat()}",
-                               code="binary_result_expired", status=410)
+    if stored.purged_at is not None or stored.expires_at <= timezone.now():
+        # Expired (maybe not yet purged: the beat runs every few minutes) — never served either way.
+        raise ApplicationError(
+            f"the binary result expired at {stored.expires_at.isoformat()}", code="result_expired", status=410,
+            extra={"media_type": stored.media_type, "size_bytes": stored.size_bytes, "sha256": stored.sha256,
+                   "expired_at": stored.expires_at.isoformat(), "purged": stored.purged_at is not None},
+        )
     return stored
 
 

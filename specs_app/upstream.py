@@ -17,15 +17,17 @@ Network I/O never runs inside a transaction here: the listing is fetched first, 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from toolops import mcp_client
+from toolops import egress_net, mcp_client
+from toolops.runtime.egress import EgressRefused
 from toolops.runtime.mcp_definitions import (
     QUARANTINED, Watch, definition_sha256, governed_definition, proposed_class, toolops_name, watch_next,
 )
@@ -59,10 +61,23 @@ def credential_headers(credential: str) -> dict[str, str]:
 
 
 def upstream_list(*, url: str, credential: str = "") -> list[dict]:
-    """The upstream's tool definitions; ``UpstreamUnavailable`` when it cannot be listed."""
+    """The upstream's tool definitions; ``UpstreamUnavailable`` when it cannot be listed.
+
+    Under the executor's egress policy (``toolops.egress_net``): http(s) only, the host resolved
+    once and its address refused when private, loopback, link-local… unless the operator's
+    ``TOOLOPS_EGRESS_ALLOW`` names it, the SDK client pinned to that address and origin, no
+    redirects, one deadline and a byte cap — an import or refresh of a hostile URL connects
+    nowhere the MCP executor could not."""
+    headers = credential_headers(credential)
     try:
-        return mcp_client.list_tools(url=url, headers=credential_headers(credential), timeout=LIST_TIMEOUT_SECONDS,
-                                     max_bytes=LIST_MAX_BYTES)
+        pin = egress_net.mcp_pin(url, egress_net.operator_openers(), time.monotonic() + LIST_TIMEOUT_SECONDS)
+    except EgressRefused as exc:
+        raise UpstreamUnavailable(f"{url}: egress refused ({exc.code}): {exc.message}") from None
+    except egress_net.TransportFailure as exc:
+        raise UpstreamUnavailable(f"{url}: not_reached: {exc.message}") from None
+    try:
+        return mcp_client.list_tools(url=url, headers=headers, timeout=LIST_TIMEOUT_SECONDS, max_bytes=LIST_MAX_BYTES,
+                                     pin=pin)
     except mcp_client.UpstreamFailure as exc:
         raise UpstreamUnavailable(f"{url}: {exc.kind}: {exc}") from None
 
@@ -79,6 +94,10 @@ def executor_config(*, url: str, tool: dict, credential: str, lookup: str | None
         "kind": "mcp", "url": url, "tool": tool["name"], "definition_sha256": definition_sha256(tool),
         "max_response_bytes": DEFAULT_RESPONSE_CAP,
     }
+    if isinstance(tool.get("outputSchema"), dict):
+        # Pinned with the definition: the result encoder keeps ids, enums and formats out of the
+        # untrusted wrapping by it, and wraps free text so the value still validates against it.
+        config["output_schema"] = tool["outputSchema"]
     if credential:
         config["credential"] = credential
     if lookup:
@@ -223,6 +242,9 @@ def upstream_new_version(*, upstream: UpstreamTool, user=None) -> ToolSpec:
     tool = upstream.observed_definition
     proposal = proposed_class(tool.get("annotations"))
     config = {**(old.executor or {}), "definition_sha256": definition_sha256(tool)}
+    config.pop("output_schema", None)
+    if isinstance(tool.get("outputSchema"), dict):
+        config["output_schema"] = tool["outputSchema"]
     with transaction.atomic():
         top = ToolSpec.objects.select_for_update().filter(name=old.name).aggregate(v=Max("version"))["v"] or 0
         spec = ToolSpec.objects.create(
@@ -270,6 +292,13 @@ def upstream_state_for_ref(*, name: str, version: int) -> str | None:
     return UpstreamTool.objects.filter(tool_spec__name=name, tool_spec__version=version).values_list("state", flat=True).first()
 
 
-def upstream_quarantine_list(*, limit: int = 50) -> list[UpstreamTool]:
-    """Quarantined imported tools, newest detection first (partial index on state)."""
-    return list(UpstreamTool.objects.filter(state__in=QUARANTINED).select_related("tool_spec").order_by("-detected_at")[:limit])
+def upstream_alerts(*, limit: int = 50) -> tuple[list[UpstreamTool], list[UpstreamTool]]:
+    """In one query: quarantined imported tools (newest detection first), and those whose last
+    refresh could not list their server — down, or refused by the egress policy — with the error
+    in ``check_error`` (most recently checked first). Retired versions are left out of the latter."""
+    rows = (UpstreamTool.objects.filter(Q(state__in=QUARANTINED) | ~Q(check_error=""))
+            .exclude(~Q(state__in=QUARANTINED) & Q(tool_spec__status=ToolSpec.Status.RETIRED))
+            .select_related("tool_spec").order_by(F("detected_at").desc(nulls_last=True), "-checked_at")[: 2 * limit])
+    quarantined = [r for r in rows if r.state in QUARANTINED][:limit]
+    unreachable = sorted((r for r in rows if r.state not in QUARANTINED), key=lambda r: r.checked_at, reverse=True)[:limit]
+    return quarantined, unreachable

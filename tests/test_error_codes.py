@@ -165,7 +165,7 @@ def test_the_openapi_schema_lists_every_code(schema):
     ("POST /api/v1/runs/{run_id}/model-calls", "400", "unknown_context"),
     ("POST /api/v1/model-calls/{model_call_id}/proposals", "413", "too_many_tool_calls"),
     ("POST /api/v1/model-calls/{model_call_id}/proposals", "409", "idempotency_key_in_use"),
-    ("GET /api/v1/invocations/{invocation_id}/binary", "410", "binary_result_expired"),
+    ("GET /api/v1/invocations/{invocation_id}/binary", "410", "result_expired"),
     ("GET /api/v1/tools", "503", "service_unavailable"),
     ("GET /api/v1/tools", "429", "rate_limited"),
 ])

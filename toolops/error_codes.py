@@ -55,7 +55,7 @@ HTTP: dict[str, ErrorCode] = {c.code: c for c in [
     ErrorCode("digest_mismatch", 409, "the digest you sent is not the one awaiting approval (`digest`): the arguments changed, nothing approved", "review the call again and approve what you see"),
     ErrorCode("already_decided", 409, "the confirmation was decided (or expired) meanwhile (`state`)", "nothing to do"),
     ErrorCode("duplicate_approver", 409, "you already approved this confirmation; a quorum needs different people", "wait for another approver"),
-    ErrorCode("binary_result_expired", 410, "the binary result's retention has passed (`TOOLOPS_BINARY_RETENTION_SECONDS`)", "call the tool again as a new proposal if still needed"),
+    ErrorCode("result_expired", 410, "the binary result's retention (`TOOLOPS_BINARY_RETENTION_SECONDS`) has passed; its bytes are purged, its media type, size and SHA-256 stay in the record", "call the tool again as a new proposal if still needed"),
     ErrorCode("payload_too_large", 413, "the request body exceeds the size limit", "send less"),
     ErrorCode("too_many_tool_calls", 413, "an OpenAI `tool_calls` batch has more entries than `max_tool_calls`", "split the batch"),
     ErrorCode("unsupported_media_type", 415, "the body is not `application/json`", "send JSON"),

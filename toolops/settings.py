@@ -316,8 +316,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 TOOLOPS_PARSER_MAX_BYTES = env_int("TOOLOPS_PARSER_MAX_BYTES", 1024 * 1024)
 TOOLOPS_PARSER_MAX_DEPTH = env_int("TOOLOPS_PARSER_MAX_DEPTH", 64)
 TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
-# Binary results (SPEC §10: references with an expiry) are served from their result URL this long.
+# Binary results (SPEC §10: references with an expiry) are served from their result URL this long;
+# then the beat's purge (every TOOLOPS_BINARY_PURGE_SECONDS, 300) drops their bytes, at most
+# TOOLOPS_BINARY_PURGE_BATCH rows per transaction, and the URL answers 410 result_expired.
 TOOLOPS_BINARY_RETENTION_SECONDS = env_int("TOOLOPS_BINARY_RETENTION_SECONDS", 86400)
+TOOLOPS_BINARY_PURGE_BATCH = env_int("TOOLOPS_BINARY_PURGE_BATCH", 500)
 # Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
 TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
 # One proposals POST may carry at most this many OpenAI tool_calls (more → 413, nothing created).
@@ -389,6 +392,9 @@ CELERY_BEAT_SCHEDULE = {
     "refresh-upstream-definitions": {"task": "specs.upstream_refresh", "schedule": float(env_int("TOOLOPS_UPSTREAM_REFRESH_SECONDS", 60))},
     # Webhook retries past the broker's countdown cap, and deliveries whose worker died mid-send.
     "deliver-due-webhooks": {"task": "webhooks.deliver_due", "schedule": 5.0},
+    # Binary results past TOOLOPS_BINARY_RETENTION_SECONDS lose their bytes (rows and digests stay).
+    "purge-expired-binaries": {"task": "invocations.purge_expired_binaries",
+                               "schedule": float(env_int("TOOLOPS_BINARY_PURGE_SECONDS", 300))},
 }
 # See invocations_app/tasks.py for why: late acks + redelivery on worker loss, and a
 # visibility timeout far above any countdown we hand the broker (<= 60 s).
@@ -409,8 +415,9 @@ TOOLOPS_NOTIFY_BY_EMAIL = env_bool("TOOLOPS_NOTIFY_BY_EMAIL", False)
 
 TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
 # Egress (SPEC §5): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
-# (the demo services' own address is always included). A model-supplied URL needs a grant
-# naming the address instead.
+# (the demo services' own address is always included; nothing else, the demo notes MCP server
+# neither: `make run` adds it for the processes it starts). A model-supplied URL needs a grant
+# naming the address instead. The MCP executor, `mcp_import` and the upstream refresh obey it too.
 TOOLOPS_EGRESS_ALLOW = [e.strip() for e in os.environ.get("TOOLOPS_EGRESS_ALLOW", "").split(",") if e.strip()]
 # The HMAC key for remote idempotency keys (toolops/runtime/remote_keys.py); default: derived
 # from SECRET_KEY. Changing it changes the keys new calls send; calls in flight keep theirs.

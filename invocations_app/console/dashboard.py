@@ -60,7 +60,7 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from specs_app.upstream import upstream_quarantine_list
+from specs_app.upstream import upstream_alerts
 from toolops.runtime.states import TERMINAL, State
 
 from ..models import Attempt, Confirmation, Invocation, Run
@@ -215,6 +215,7 @@ class Dashboard:
     exhausted_url: str
     attempts_generated_at: datetime | None = None
     quarantined: list[dict] = field(default_factory=list)  # imported MCP tools refused until re-versioned
+    unreachable: list[dict] = field(default_factory=list)  # imported MCP tools whose server the last refresh could not list
 
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -470,16 +471,25 @@ def build_dashboard(*, window: str = DEFAULT_WINDOW, now: datetime | None = None
         unknown=unknown, unknown_by_tool=unknown_by_tool, tools=tool_rows, exhausted_total=sum(ex_series),
         exhausted_series=ex_series, exhausted_spark=spark(ex_series), exhausted_by_reason=by_reason,
         exhausted_url=reverse("admin:invocations_app_run_changelist") + "?" + urlencode({"status__exact": Run.Status.EXHAUSTED}),
-        attempts_generated_at=attempts_at, quarantined=_quarantined(tenants),
+        attempts_generated_at=attempts_at, **_upstream_cards(tenants),
     )
 
 
-def _quarantined(tenants: frozenset[int] | None) -> list[dict]:
-    """6. imported MCP tools whose upstream definition changed or vanished (partial index on state);
-    a tenant-scoped view lists only tools owned by those tenants (global tools are the platform's)."""
-    return [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
-             "server_url": w.server_url, "state": w.state, "changed": ", ".join(w.changed_fields), "detected_at": w.detected_at}
-            for w in upstream_quarantine_list() if tenants is None or w.tool_spec.tenant_id in tenants]
+def _upstream_cards(tenants: frozenset[int] | None) -> dict[str, list[dict]]:
+    """6. imported MCP tools whose upstream definition changed or vanished (``quarantined``), and
+    those whose server the last refresh could not list — down, or refused by the egress policy —
+    so their pins are unverified (``unreachable``); one query for both. A tenant-scoped view lists
+    only tools owned by those tenants (global tools are the platform's)."""
+    quarantined, unreachable = upstream_alerts()
+    mine = [w for w in quarantined + unreachable if tenants is None or w.tool_spec.tenant_id in tenants]
+    return {
+        "quarantined": [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
+                         "server_url": w.server_url, "state": w.state, "changed": ", ".join(w.changed_fields),
+                         "detected_at": w.detected_at} for w in mine if w in quarantined],
+        "unreachable": [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
+                         "server_url": w.server_url, "error": w.check_error, "checked_at": w.checked_at}
+                        for w in mine if w in unreachable],
+    }
 
 
 def _scope_key(tenants: frozenset[int] | None) -> str:

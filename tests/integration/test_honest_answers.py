@@ -192,7 +192,7 @@ def test_a_text_result_has_no_binary_and_an_expired_binary_is_gone(demo_agent, w
     from django.utils import timezone
     ResultBinary.objects.filter(invocation_id=binary["id"]).update(expires_at=timezone.now())
     resp = demo_agent.get(f"/api/v1/invocations/{binary['id']}/binary")
-    assert resp.status_code == 410 and resp.json()["code"] == "binary_result_expired"
+    assert resp.status_code == 410 and resp.json()["code"] == "result_expired"
 
 
 # --- untrusted by default ----------------------------------------------------------------------

@@ -24,10 +24,19 @@ def test_the_import_form_creates_drafts(notes, admin_client):
     assert b"console.notes.create@1" in resp.content and NOTES_SECRET.encode() not in resp.content
 
 
-def test_the_import_form_shows_an_unreachable_server_as_an_error(admin_client):
+def test_the_import_form_shows_an_unreachable_server_as_an_error(admin_client, settings):
+    settings.TOOLOPS_EGRESS_ALLOW = ["127.0.0.1:9"]  # opened, so what is tested is that nobody listens
     resp = admin_client.post(reverse("admin:specs_app_upstreamtool_import"),
                              {"url": "http://127.0.0.1:9/mcp", "prefix": "gone"})
     assert resp.status_code == 200 and b"not_reached" in resp.content
+    assert not ToolSpec.objects.filter(name__startswith="gone.").exists()
+
+
+def test_the_import_form_shows_an_egress_refusal_as_an_error(admin_client, settings):
+    settings.TOOLOPS_EGRESS_ALLOW = []  # a loopback upstream is refused unless the operator opens it
+    resp = admin_client.post(reverse("admin:specs_app_upstreamtool_import"),
+                             {"url": "http://127.0.0.1:9/mcp", "prefix": "gone"})
+    assert resp.status_code == 200 and b"egress refused" in resp.content
     assert not ToolSpec.objects.filter(name__startswith="gone.").exists()
 
 
@@ -82,3 +91,16 @@ def test_a_tenant_tool_admin_imports_only_into_their_tenant(notes, client):
     assert refused.status_code == 200 and not ToolSpec.objects.filter(name__startswith="t2.").exists()
     client.post(url, {"url": notes.url, "prefix": "t3", "credential": SECRET_REF, "tenant": mine.pk})
     assert set(ToolSpec.objects.filter(name__startswith="t3.").values_list("tenant_id", flat=True)) == {mine.pk}
+
+
+def test_the_dashboard_and_the_toolspec_page_show_a_refused_refresh(notes, admin_client, settings):
+    spec = next(s for s in upstream_import(url=notes.url, prefix="u", credential=SECRET_REF).created
+                if s.upstream.upstream_name == "notes.search")
+    settings.TOOLOPS_EGRESS_ALLOW = [e for e in settings.TOOLOPS_EGRESS_ALLOW if e != notes.address]
+    upstream_refresh()
+    cache.clear()
+    dash = admin_client.get("/console/").content.decode()
+    assert 'data-testid="upstream-unreachable-card"' in dash
+    assert f'data-testid="upstream-unreachable-row" data-tool="{spec.ref}"' in dash and "egress refused" in dash
+    page = admin_client.get(reverse("admin:specs_app_toolspec_change", args=[spec.pk])).content.decode()
+    assert "egress refused" in page

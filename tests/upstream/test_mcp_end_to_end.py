@@ -10,6 +10,7 @@ thread), as in ``tests/mcp/test_mcp_tasks_browser.py``.
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import anyio
@@ -22,6 +23,7 @@ from tests.builders import allow_approving, make_staff
 from tests.integration.conftest import wait_for
 from tests.mcp.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
 from tests.mcp.test_mcp_tasks import DetailedTask, TaskHandle, TaskParams, Tasks, TasksGet
+from toolops.runtime.tool_messages import wrap_untrusted_inline
 
 from .conftest import NOTES_SECRET, dumps
 from .test_execution import governed  # noqa: F401 - fixture used here
@@ -78,9 +80,11 @@ def test_an_mcp_client_governs_the_upstream_with_a_person_approving_in_chromium(
 
     handle = _in_thread(create_then_delete)
     created, found = answers
-    # The upstream's text reaches the client marked as untrusted data (issue 13 item 5).
+    # The upstream's text reaches the client marked as untrusted data (issue 13 item 5), inside a
+    # string as the tool's outputSchema types it; the note's id is not wrapped.
     title = created["structuredContent"]["result"]["note"]["title"]
-    assert created["isError"] is False and title["untrusted_data"]["text"] == "Renew passport"
+    assert created["isError"] is False and title == wrap_untrusted_inline("Renew passport")
+    assert created["structuredContent"]["untrusted_fields"] == [""]
     assert [plain(n["title"]) for n in found["structuredContent"]["result"]["notes"]] == ["Renew passport"]
     # The destructive call waits for a person as a durable task; nothing was sent upstream yet.
     assert isinstance(handle, TaskHandle) and handle.status == "working"
@@ -177,7 +181,12 @@ def _assert_no_credential_leaks(governed, mcp_server, client_answers: list[dict]
 
 
 def plain(value):
-    """The value inside ToolOps' untrusted-data wrapper (strings from outside are wrapped)."""
+    """The value inside ToolOps' untrusted-data wrapper (free text from outside is wrapped: as an
+    object, or inside a string where the tool's outputSchema types the value)."""
     if isinstance(value, dict) and set(value) == {"untrusted_data"}:
         return value["untrusted_data"]["text"]
+    if isinstance(value, str):
+        match = re.fullmatch(r'<untrusted_data source="tool_output">(.*)</untrusted_data>', value, re.S)
+        if match:
+            return match.group(1)
     return value

@@ -26,7 +26,11 @@ strings were marked as outside text. The steps, in order:
    pointers into the value — becomes ``{"untrusted_data": {"source": "tool_output", "text": …,
    "note": …}}``, so text from web pages and the like reaches the model as quoted data and
    never in a position where it reads as instructions. Pointers that match nothing are left
-   out of ``untrusted_fields``. Object *keys* under such a pointer are not wrapped.
+   out of ``untrusted_fields``. Object *keys* under such a pointer are not wrapped. Identifiers,
+   enum members and formatted values pass as they are (``free_text``: by the result's output
+   schema and the value's shape, ``toolops.runtime.free_text``); with an output schema, free text
+   is wrapped in a string (``<untrusted_data source="tool_output">…</untrusted_data>``) so the
+   value keeps the schema's types.
 3. **Size**: when the whole payload would exceed ``max_bytes``, ``result`` becomes
    ``{"preview": <longest UTF-8-safe prefix of the serialized value that keeps the payload
    within max_bytes>, "total_bytes": N, "next_cursor": …}`` and ``truncated`` is true. The
@@ -292,11 +296,25 @@ def _wrap_untrusted(text: str) -> dict:
     return {"untrusted_data": {"source": UNTRUSTED_SOURCE, "text": text, "note": UNTRUSTED_NOTE}}
 
 
-def _transform(value: Any, redactor: _Redactor, pointers: tuple[tuple[str, ...], ...], matched: set) -> Any:
+_TAG = re.compile(r"<(/?)(untrusted_data)", re.IGNORECASE)
+
+
+def wrap_untrusted_inline(text: str) -> str:
+    """The string form of the wrapper, for a result that must keep its ``outputSchema``'s types:
+    ``<untrusted_data source="tool_output">…</untrusted_data>``; a tag inside the text is
+    escaped (``&lt;``) so the text cannot close the wrapper early."""
+    escaped = _TAG.sub(r"&lt;\1\2", text)
+    return f'<untrusted_data source="{UNTRUSTED_SOURCE}">{escaped}</untrusted_data>'
+
+
+def _transform(value: Any, redactor: _Redactor, pointers: tuple[tuple[str, ...], ...], matched: set,
+               free_text=None, inline: bool = False) -> Any:
     """Redact every string and number and wrap untrusted strings, in one walk.
 
     Pointers are resolved against the *original* keys, so redacting a key cannot make a
-    pointer miss (or hit something else).
+    pointer miss (or hit something else). ``free_text(path, text)`` (when given) says whether an
+    untrusted string is prose to wrap or an identifier that passes as it is; ``inline`` wraps in
+    the string form (``wrap_untrusted_inline``).
     """
 
     def walk(node: Any, path: tuple[str, ...], under: tuple[str, ...] | None) -> Any:
@@ -304,9 +322,9 @@ def _transform(value: Any, redactor: _Redactor, pointers: tuple[tuple[str, ...],
             under = next((p for p in pointers if p == path), None)
         if isinstance(node, str):
             text = redactor.text(node)
-            if under is not None:
+            if under is not None and (free_text is None or free_text(path, node)):
                 matched.update(p for p in pointers if path[: len(p)] == p)  # "/a" and "/a/b" alike
-                return _wrap_untrusted(text)
+                return wrap_untrusted_inline(text) if inline else _wrap_untrusted(text)
             return text
         if isinstance(node, bool) or node is None:
             return node
@@ -418,11 +436,15 @@ class _Builder:
 
 
 def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: str, tool_ref: str,
-                  edited_by_approver: dict | None = None) -> EncodedResult:
+                  edited_by_approver: dict | None = None, free_text=None, output_schema: dict | None = None) -> EncodedResult:
     """The model-facing payload for one result; see the module docstring for the steps.
 
     ``edited_by_approver`` (``{"message", "arguments", "reason"}``) tells the model that a person
     changed the arguments before approving, and what they are now; it is redacted like the rest.
+    ``free_text(path, text)`` (``toolops.runtime.free_text.FreeTextRule``) keeps identifiers,
+    enum members and formatted values out of the untrusted wrapping; with an ``output_schema``
+    the value's free text is wrapped in the string form, so the result keeps the schema's types
+    (``untrusted_note`` then carries the note).
     """
     if not isinstance(result, ToolResult):
         raise TypeError("result must be a ToolResult")
@@ -435,8 +457,9 @@ def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: st
     matched: set[tuple[str, ...]] = set()
     if edited_by_approver is not None:
         header["edited_by_approver"] = _transform(edited_by_approver, redactor, (), set())
+    inline = isinstance(output_schema, dict)
     if result.status == "ok":
-        value = _transform(result.value, redactor, pointers, matched)
+        value = _transform(result.value, redactor, pointers, matched, free_text, inline)
         header["external_resource_id"] = (
             None if result.external_resource_id is None else redactor.text(result.external_resource_id)
         )
@@ -446,6 +469,8 @@ def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: st
         header["error"] = value
     if matched:
         header["untrusted_fields"] = sorted(_pointer_text(p) for p in matched)
+        if inline and result.status == "ok":
+            header["untrusted_note"] = UNTRUSTED_NOTE
     if redactor.count:
         header["redactions"] = redactor.count
 

@@ -19,6 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from specs_app.demo import load_demo
+from toolops.egress_net import host_port
 
 
 def mcp_command(python: str) -> list[str]:
@@ -27,6 +28,17 @@ def mcp_command(python: str) -> list[str]:
     url = urlsplit(settings.TOOLOPS_MCP_URL)
     host, port = url.hostname or "127.0.0.1", str(url.port or (443 if url.scheme == "https" else 80))
     return [python, "-m", "uvicorn", "toolops.mcp_asgi:app", "--host", host, "--port", port, "--log-level", "warning"]
+
+
+def demo_egress_allow() -> str:
+    """``TOOLOPS_EGRESS_ALLOW`` for the processes ``make run`` starts: the operator's own entries
+    plus, explicitly, the demo notes MCP server's address (loopback, so refused by default) —
+    the demo imports it and its worker calls it. Nothing else is opened."""
+    entries = list(settings.TOOLOPS_EGRESS_ALLOW)
+    notes = host_port(settings.TOOLOPS_DEMO_NOTES_MCP_URL)
+    if notes and notes not in entries:
+        entries.append(notes)
+    return ",".join(entries)
 
 
 class Command(BaseCommand):
@@ -45,6 +57,8 @@ class Command(BaseCommand):
         token = token_file.read_text().strip()
         info = load_demo(token=token)
         python = sys.executable
+        # Child processes inherit it: the web process (the console's import), the worker (calls, refresh).
+        os.environ["TOOLOPS_EGRESS_ALLOW"] = allow = demo_egress_allow()
         demo_port = settings.TOOLOPS_DEMO_SERVICES_URL.rsplit(":", 1)[-1].strip("/")
         if dev:
             web = subprocess.Popen([python, "manage.py", "runserver", addr, "--insecure", "--noreload"])
@@ -70,6 +84,8 @@ class Command(BaseCommand):
         self.stdout.write(f"demo services:    {settings.TOOLOPS_DEMO_SERVICES_URL} (calendar, payments, web pages)")
         self.stdout.write(f"demo MCP server:  {settings.TOOLOPS_DEMO_NOTES_MCP_URL} (notes; govern it: README, "
                           "'Governing an MCP server')")
+        self.stdout.write(f"egress allow-list: {allow} (TOOLOPS_EGRESS_ALLOW, for the demo; the demo services' own "
+                          "address is always open)")
         self.stdout.write(f"admin login:      {info['admin']} / admin (change it: manage.py changepassword admin)")
         self.stdout.write(f"demo API token:   {token}")
         self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")
