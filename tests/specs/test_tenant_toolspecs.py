@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection, transaction
 from django.test import Client
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
@@ -19,6 +20,7 @@ from specs_app.models import ToolSpec
 from specs_app.selectors import toolspecs_granted_to_subject, toolspecs_visible_to_subject
 from specs_app.services import grant_create, toolspec_new_version, toolspec_publish
 from tests.builders import Agent, make_capability, make_grant, make_staff, make_subject, make_tenant, make_token, make_toolspec
+from toolops import db_guards
 
 pytestmark = pytest.mark.django_db
 
@@ -99,9 +101,17 @@ def test_admission_refuses_another_tenants_tool_by_name(shared, owned, globex_ag
 
 
 def test_admission_refuses_a_listed_tool_that_another_tenant_has_taken_over(shared, globex_agent, acme):
-    """Ownership is checked at admission too, not only when the visible set was recorded."""
+    """Ownership is checked at admission too, not only when the visible set was recorded. The
+    database refuses moving a published tool (``specs_toolspec_guard_published_owner``); the
+    admission check is the second line, tested here with that trigger dropped inside the test's
+    transaction (rolled back with it)."""
     run = globex_agent.run()
     call = globex_agent.model_call(run["id"])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ToolSpec.objects.filter(pk=shared.pk).update(tenant=acme)
+    on = f" ON {ToolSpec._meta.db_table}" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER {db_guards.TOOLSPEC_OWNER_TRIGGER}{on}")
     ToolSpec.objects.filter(pk=shared.pk).update(tenant=acme)  # an operator moves the tool to acme
     inv = globex_agent.propose(call["id"], name="weather.get_forecast@1", arguments=ARGS).json()
     assert inv["state"] == "VALIDATION_REJECTED" and inv["error"]["code"] == "unknown_tool"
