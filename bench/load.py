@@ -16,17 +16,23 @@ Reported, all from this run:
 * HTTP admission throughput (proposals answered 201/s) vs the in-process ``proposal_admit``
   rate on the same database, one thread, no HTTP, measured just before and just after the
   load (their mean: a shared machine drifts within a run) (target ratio >= 0.5);
-* p50/p99 latency of proposals and of polls.
+* p50/p99 latency of proposals and of polls — mostly queueing: each client waits for its answer,
+  so p50 ≈ clients ÷ requests/s (Little's law), whatever one request costs;
+* the gunicorn processes' CPU in the window per request answered (Linux ``/proc``): what one
+  request costs the server, the figure the ratio follows when the cores are busy.
 
 The clients share the machine with the server (2 cores here): their own CPU is part of what the
-ratio pays (reported). ``--smoke`` (or ``BENCH_SMOKE=1``): 8 clients for 3 s, to check the script
-runs. The script migrates its database and leaves rows behind, so it works on a database whose
+ratio pays (reported). The server is started first and boots while this process imports and
+migrates; nothing is measured before it answers and is idle. ``--smoke`` (or ``BENCH_SMOKE=1``):
+8 clients for 3 s against 1 process × 4 threads, a 100-proposal baseline, to check the script
+runs (< 30 s on an idle 2-core machine). The script migrates its database and leaves rows behind, so it works on a database whose
 name contains ``bench``: given another one, it uses ``<name>_bench`` on the same server
 (created if missing).
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import http.client
 import json
 import os
@@ -74,6 +80,43 @@ if _BENCH_URL is None:
     sys.exit(0 if ("--smoke" in sys.argv or os.environ.get("BENCH_SMOKE") == "1") else 2)
 os.environ["DATABASE_URL"] = _BENCH_URL
 
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "2")), help="gunicorn processes")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("GUNICORN_THREADS", "8")), help="threads per process")
+    parser.add_argument("--baseline", type=int, default=1000, help="in-process proposals for the baseline rate")
+    parser.add_argument("--smoke", action="store_true", default=os.environ.get("BENCH_SMOKE") == "1")
+    args = parser.parse_args()
+    if args.smoke:
+        args.clients, args.seconds, args.workers, args.threads, args.baseline = 8, 3.0, 1, 4, 100
+    return args
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_gunicorn(port: int, workers: int, threads: int, log: Path) -> subprocess.Popen:
+    env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
+           "GUNICORN_THREADS": str(threads), "GUNICORN_ACCESSLOG": "", "DEBUG": "0"}
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "python:toolops.gunicorn_conf", "toolops.wsgi"],
+                            cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    atexit.register(lambda: proc.poll() is None and proc.kill())  # never left behind by an early exit
+    return proc
+
+
+# The server boots (imports Django and the apps: seconds) while this process does the same and
+# migrates; nothing is measured until both are ready and the server is idle.
+ARGS = parse_args()
+PORT = free_port()
+LOG = Path(tempfile.mkstemp(prefix="bench-load-gunicorn-", suffix=".log")[1])
+SERVER = launch_gunicorn(PORT, ARGS.workers, ARGS.threads, LOG)
+
 import django  # noqa: E402
 
 django.setup()
@@ -90,13 +133,7 @@ from specs_app.services import api_token_issue, toolspec_publish  # noqa: E402
 from toolops.celery import app as celery_app  # noqa: E402
 
 WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
-ARGS = [json.dumps({"city": f"City {i % 97}", "date": f"2026-07-{10 + i % 19:02d}"}) for i in range(1000)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+PROPOSAL_ARGS = [json.dumps({"city": f"City {i % 97}", "date": f"2026-07-{10 + i % 19:02d}"}) for i in range(1000)]
 
 
 def setup(clients: int):
@@ -118,11 +155,11 @@ def in_process_rate(subject, spec, n: int) -> float:
     run = run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
     call = model_call_create(run=run, tool_refs=[spec.ref], fmt="openai", context=[])
     for i in range(20):  # warm: caches, connection, prepared statements
-        proposal_admit(model_call=call, subject=subject, proposal_id=f"w{i}", name=spec.ref, arguments_bytes=ARGS[i].encode())
+        proposal_admit(model_call=call, subject=subject, proposal_id=f"w{i}", name=spec.ref, arguments_bytes=PROPOSAL_ARGS[i].encode())
     start = time.perf_counter()
     for i in range(n):
         proposal_admit(model_call=call, subject=subject, proposal_id=f"p{i}", name=spec.ref,
-                                arguments_bytes=ARGS[i % len(ARGS)].encode())
+                                arguments_bytes=PROPOSAL_ARGS[i % len(PROPOSAL_ARGS)].encode())
     rate = n / (time.perf_counter() - start)
     connection.close()  # the monitor counts only the server's backends:
     if connection.pool is not None:
@@ -130,11 +167,7 @@ def in_process_rate(subject, spec, n: int) -> float:
     return rate
 
 
-def start_gunicorn(port: int, workers: int, threads: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
-           "GUNICORN_THREADS": str(threads), "GUNICORN_ACCESSLOG": "", "DEBUG": "0"}
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "python:toolops.gunicorn_conf", "toolops.wsgi"],
-                            cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+def wait_ready(proc: subprocess.Popen, port: int, log: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -143,7 +176,7 @@ def start_gunicorn(port: int, workers: int, threads: int, log: Path) -> subproce
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
             conn.request("GET", "/api/v1/_ready")
             conn.getresponse().read()
-            return proc
+            return
         except OSError:
             time.sleep(0.2)
     sys.exit("gunicorn did not answer within 60 s")
@@ -173,15 +206,15 @@ class Client(threading.Thread):
         return resp.status, json.loads(raw) if ok else None
 
     def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
             _, run = self._call(conn, "setup", "POST", "/api/v1/runs", {"timezone": "UTC"})
             _, call = self._call(conn, "setup", "POST", f"/api/v1/runs/{run['id']}/model-calls", {})
             invocations, i = [], 0
             self.start_gate.wait()
             while not self.stop.is_set():
                 status, inv = self._call(conn, "proposal", "POST", f"/api/v1/model-calls/{call['id']}/proposals", {
-                    "proposal_id": f"c{i}", "name": self.spec_ref, "arguments": ARGS[i % len(ARGS)]})
+                    "proposal_id": f"c{i}", "name": self.spec_ref, "arguments": PROPOSAL_ARGS[i % len(PROPOSAL_ARGS)]})
                 if inv:
                     invocations.append(inv["id"])
                 if invocations:
@@ -189,6 +222,22 @@ class Client(threading.Thread):
                 i += 1
         except Exception as exc:  # noqa: BLE001 - reported, not swallowed
             self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            conn.close()  # the server's graceful stop need not wait out keep-alive connections
+
+
+def server_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of the gunicorn master and its workers so far (Linux /proc; else None)."""
+    try:
+        tick = os.sysconf("SC_CLK_TCK")
+        pids = [pid] + [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        total = 0
+        for p in pids:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        return total / tick
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def sample_backends(dbname: str, stop: threading.Event, samples: list[int]) -> None:
@@ -221,27 +270,16 @@ def purge_queue() -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=30.0)
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "2")), help="gunicorn processes")
-    parser.add_argument("--threads", type=int, default=int(os.environ.get("GUNICORN_THREADS", "8")), help="threads per process")
-    parser.add_argument("--baseline", type=int, default=1000, help="in-process proposals for the baseline rate")
-    parser.add_argument("--smoke", action="store_true", default=os.environ.get("BENCH_SMOKE") == "1")
-    args = parser.parse_args()
-    if args.smoke:
-        args.clients, args.seconds, args.workers, args.threads, args.baseline = 8, 3.0, 1, 4, 50
-
+    args, port, log, server = ARGS, PORT, LOG, SERVER
     spec, tokens = setup(args.clients)
+    wait_ready(server, port, log)
     baseline_subject = tokens[-1][0]
-    # Half the baseline before the load, half after: a shared machine drifts within a run.
+    # Half the baseline before the load (the server is up and idle), half after: a shared
+    # machine drifts within a run.
     inproc_before = in_process_rate(baseline_subject, spec, args.baseline // 2)
 
     pool_max = settings.DB_POOL_OPTIONS["max_size"] if settings.DB_POOL else None
     bound = args.workers * pool_max if pool_max else None
-    port = free_port()
-    log = Path(tempfile.mkstemp(prefix="bench-load-gunicorn-", suffix=".log")[1])
-    server = start_gunicorn(port, args.workers, args.threads, log)
     stop, samples = threading.Event(), []
     gate = threading.Barrier(args.clients + 1)
     clients = [Client(port, token, spec.ref, stop, gate) for _, token in tokens[: args.clients]]
@@ -251,9 +289,11 @@ def main() -> int:
         for c in clients:
             c.start()
         gate.wait(timeout=120)
-        started, client_cpu = time.perf_counter(), time.process_time()
+        started, client_cpu, server_cpu = time.perf_counter(), time.process_time(), server_cpu_seconds(server.pid)
         time.sleep(args.seconds)
         client_cpu = time.process_time() - client_cpu
+        server_cpu_end = server_cpu_seconds(server.pid)
+        server_cpu = server_cpu_end - server_cpu if server_cpu is not None and server_cpu_end is not None else None
         stop.set()
         for c in clients:
             c.join(timeout=90)
@@ -295,6 +335,10 @@ def main() -> int:
     print(f"poll latency p50/p99:        {percentile(poll_lat, 50) * 1000:6.1f} / {percentile(poll_lat, 99) * 1000:6.1f} ms"
           f"  ({len(poll_lat)} requests)")
     print(f"load generator CPU:          {client_cpu:6.1f} s in the {args.seconds:.0f} s window (shares the cores with the server)")
+    in_window = len(proposal_lat) + len(poll_lat)
+    if server_cpu is not None and in_window:
+        print(f"gunicorn CPU:                {server_cpu:6.1f} s in the window: {server_cpu / in_window * 1000:.1f} ms per request "
+              f"({in_window} requests; in-process proposal_admit: {1000 / inproc:.1f} ms per proposal, wall)")
     if errors:
         print(f"client errors ({len(errors)}): {errors[:3]}")
     failed = server_errors > 0 or errors or (bound is not None and peak > bound)

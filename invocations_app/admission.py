@@ -36,7 +36,7 @@ from .authorization import authorization_decide
 from .budgets import budget_give_back, budget_take, invocation_deadline, run_refusal
 from .confirmations import confirmation_row
 from .dispatch import enqueue_when_committed
-from .models import Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal, Run
+from .models import Confirmation, Event, IdempotencyRecord, Invocation, ModelCall, ModelCallTool, Proposal, Run
 from .runs import run_require_active
 from .tool_messages import ending_message_rows
 from .webhooks import webhook_confirmation_requested, webhook_invocation_settled
@@ -289,7 +289,29 @@ def record_admission(
             webhook_confirmation_requested(confirmation)
         elif invocation.state in TERMINAL:
             webhook_invocation_settled(invocation)
+    _related_as_written(invocation, confirmation)
     return invocation
+
+
+def _related_as_written(invocation: Invocation, confirmation: Confirmation | None) -> None:
+    """A new invocation's attempts and confirmations are what this admission wrote (none, or its
+    one pending confirmation with no approvals): remember them on the instances as a prefetch
+    would, so the answer is the admission's own snapshot and costs no further reads (the API's
+    prefetch then skips them). Below Django's public API: ``_prefetched_objects_cache``, filled
+    the way ``prefetch_related_objects`` fills it (docs/architecture.md)."""
+    invocation._prefetched_objects_cache = {
+        "attempts": _known(invocation.attempts, []),
+        "confirmations": _known(invocation.confirmations, [confirmation] if confirmation else []),
+    }
+    if confirmation is not None:
+        confirmation.decided_by = None
+        confirmation._prefetched_objects_cache = {"approvals": _known(confirmation.approvals, [])}
+
+
+def _known(manager, rows: list):
+    queryset = manager.get_queryset()
+    queryset._result_cache, queryset._prefetch_done = rows, True
+    return queryset
 
 
 def _export_admission_span(invocation: Invocation, proposal: Proposal, trace: TraceContext | None) -> None:

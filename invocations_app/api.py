@@ -187,7 +187,7 @@ class InvocationDetailView(APIView):
         # The record (SPEC §12): what the model saw, and where the result went next.
         body["tool_definition_seen"] = selectors.tool_definition_seen(invocation=inv)
         body["included_in_model_calls"] = selectors.model_calls_including(invocation=inv)
-        body["tool_messages_available"] = sorted(inv.tool_messages.values_list("format", flat=True))
+        body["tool_messages_available"] = selectors.tool_message_formats(invocation=inv)
         body["messages_carried"] = selectors.messages_carried(invocation=inv)
         return Response(body)
 

@@ -9,7 +9,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from specs_app.models import ApiToken, PersonalToken, Subject
-from specs_app.services import token_hash
+from specs_app.services import token_hash, verified_tokens
 
 # Writing last_used_at on every request would turn each read into a write; once a minute is plenty.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -18,15 +18,22 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 def api_token_verify(*, secret: str) -> ApiToken | None:
     """The live token with this secret (its subject and tenant loaded), or None.
 
-    Shared by the REST API and the MCP front door: the same tokens, the same rule.
+    Shared by the REST API and the MCP front door: the same tokens, the same rule. A live token
+    is remembered for ``TOOLOPS_TOKEN_CACHE_SECONDS`` (``specs_app.services.VerifiedTokenCache``:
+    by hash, revocation through ``api_token_revoke`` forgets it at once, any other within that time).
     """
+    digest = token_hash(secret)
+    token = verified_tokens.get(digest)
+    if token is not None:
+        return token
     token = (
         ApiToken.objects.select_related("subject__tenant")
-        .filter(token_hash=token_hash(secret), revoked_at__isnull=True, subject__is_active=True)
+        .filter(token_hash=digest, revoked_at__isnull=True, subject__is_active=True)
         .first()
     )
     if token is not None:
         _touch(token)
+        verified_tokens.put(digest, token)
     return token
 
 
@@ -34,6 +41,7 @@ def _touch(token: ApiToken | PersonalToken) -> None:
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         type(token).objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,19 @@
 """Reads for the agent API, always scoped to the calling subject (404, never 403, across it)."""
 from __future__ import annotations
 
+import functools
 import time
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import connection
+from django.db.models import prefetch_related_objects
 
 from specs_app.models import Subject
+from toolops.db_batch import select_rows, select_with_parent
 from toolops.errors import NotFound
 from toolops.runtime.states import TERMINAL, State
 
-from .models import Event, Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run
+from .models import Event, Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run, ToolMessage
 
 # Where ``?wait=`` stops: a terminal state, an unknown outcome (reconciliation takes its
 # time), or an invocation awaiting a human's confirmation.
@@ -35,7 +38,16 @@ def run_get(*, subject: Subject, run_id) -> Run:
 
 
 def model_call_get(*, subject: Subject, model_call_id) -> ModelCall:
-    return _get(ModelCall.objects.select_related("run").filter(run__subject=subject), model_call_id, "model call")
+    """One of the subject's model calls, its run loaded (every proposal POST reads it: a lean
+    statement, toolops.db_batch.select_with_parent, not a queryset built per request)."""
+    try:
+        rows = select_with_parent(ModelCall, "run", "a.id = %s AND b.subject_id = %s",
+                                  [(ModelCall._meta.pk, model_call_id), (Run._meta.get_field("subject"), subject.pk)])
+    except (DjangoValidationError, ValueError):
+        rows = []
+    if not rows:
+        raise NotFound(f"no model call {model_call_id}")
+    return rows[0]
 
 
 def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
@@ -45,12 +57,17 @@ def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
 
 
 def _invocation_get(subject: Subject, invocation_id) -> Invocation:
-    qs = (
-        Invocation.objects.select_related("proposal")
-        .prefetch_related("confirmations__decided_by", "confirmations__approvals__user", "attempts")
-        .filter(subject=subject)
-    )
-    return _get(qs, invocation_id, "invocation")
+    # Every poll reads this: the row and its proposal by a lean statement (as model_call_get),
+    # then its confirmations and attempts prefetched as before.
+    try:
+        rows = select_with_parent(Invocation, "proposal", "a.id = %s AND a.subject_id = %s",
+                                  [(Invocation._meta.pk, invocation_id), (Invocation._meta.get_field("subject"), subject.pk)])
+    except (DjangoValidationError, ValueError):
+        rows = []
+    if not rows:
+        raise NotFound(f"no invocation {invocation_id}")
+    prefetch_related_objects(rows, "confirmations__decided_by", "confirmations__approvals__user", "attempts")
+    return rows[0]
 
 
 def invocation_events(*, invocation: Invocation):
@@ -69,19 +86,36 @@ def invocations_wait(*, invocations: list[Invocation], seconds: float, poll: flo
     return invocations
 
 
+# The invocation record's reads (GET /invocations/{id} polls them): each is one indexed read of
+# one table, sent as a lean prepared statement (toolops.db_batch.select_rows) — the ORM's query
+# building costs more CPU than the reads themselves on this path (bench/load.py); the one
+# immutable piece, the definition the model saw, is cached per process.
+
 def model_calls_including(*, invocation: Invocation) -> list[str]:
     """Ids of the run's model calls whose context carried this invocation's tool message."""
-    calls = ModelCall.objects.filter(run_id=invocation.run_id).order_by("created_at")
     if connection.vendor == "postgresql":
-        return [str(pk) for pk in calls.filter(context__contains=[str(invocation.pk)]).values_list("pk", flat=True)]
+        rows = select_rows(ModelCall, ["id"], "run_id = %s AND context @> %s ORDER BY created_at",
+                           [("run", invocation.run_id), ("context", [str(invocation.pk)])])
+        return [str(pk) for pk, in rows]
     # SQLite has no JSON containment operator; a run has few model calls.
+    calls = ModelCall.objects.filter(run_id=invocation.run_id).order_by("created_at")
     return [str(c.pk) for c in calls.only("pk", "context") if str(invocation.pk) in (c.context or [])]
 
 
 def tool_definition_seen(*, invocation: Invocation) -> dict | None:
     """The ToolSpec definition exactly as rendered for the model call that proposed this call."""
+    seen = _tool_definition_seen(invocation.model_call_id, invocation.tool_spec_id)
+    return dict(seen) if seen is not None else None
+
+
+@functools.lru_cache(maxsize=2048)
+def _tool_definition_seen(model_call_id, tool_spec_id) -> dict | None:
+    # A model call's visible tools and their renderings are written once, with the call, and
+    # never change (like admission._visible_set): caching can only save the read.
+    if tool_spec_id is None:
+        return None
     row = (
-        ModelCallTool.objects.filter(model_call_id=invocation.model_call_id, tool_spec_id=invocation.tool_spec_id)
+        ModelCallTool.objects.filter(model_call_id=model_call_id, tool_spec_id=tool_spec_id)
         .select_related("model_call").only("rendered", "model_facing_name", "tool_ref", "model_call__format").first()
     )
     if row is None:
@@ -90,9 +124,15 @@ def tool_definition_seen(*, invocation: Invocation) -> dict | None:
             "rendered": row.rendered}
 
 
+def tool_message_formats(*, invocation: Invocation) -> list[str]:
+    """The formats this invocation's tool message has been written in, sorted."""
+    return sorted(fmt for fmt, in select_rows(ToolMessage, ["format"], "invocation_id = %s", [("invocation", invocation.pk)]))
+
+
 def messages_carried(*, invocation: Invocation) -> list[dict]:
     """Every message the model read for this call — interim ones included — with the model call
     that carried it, oldest first (SPEC §12: the exact bytes, by their SHA-256)."""
-    rows = ModelCallMessage.objects.filter(invocation=invocation).order_by("id").values(
-        "model_call_id", "format", "kind", "sha256")
-    return [{**row, "model_call_id": str(row["model_call_id"])} for row in rows]
+    rows = select_rows(ModelCallMessage, ["model_call", "format", "kind", "sha256"], "invocation_id = %s ORDER BY id",
+                       [("invocation", invocation.pk)])
+    return [{"model_call_id": str(call_id), "format": fmt, "kind": kind, "sha256": sha256}
+            for call_id, fmt, kind, sha256 in rows]

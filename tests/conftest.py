@@ -66,6 +66,12 @@ def _fresh_process_caches():
     clear_validator_cache()
     normalizers._rules_cache.clear()  # keyed by name@version, which tests reuse with other rules
     spec_selectors._CAPABILITIES.clear()
+    from specs_app.services import verified_tokens
+
+    verified_tokens.clear()  # tests roll token rows back and may issue the same secret again
+    from invocations_app.selectors import _tool_definition_seen
+
+    _tool_definition_seen.cache_clear()
     from invocations_app.mcp.calls import _visible_tools
 
     _visible_tools.cache_clear()

@@ -192,6 +192,42 @@ def select_rows(model: type[models.Model], columns: Sequence[str], where: str, p
     return [convert_row(row, converters, connection) for row in rows]
 
 
+def select_with_parent(model: type[models.Model], fk: str, where: str, params: Sequence[tuple[models.Field, object]],
+                       using: str = "default") -> list[models.Model]:
+    """Instances of ``model`` with the row their foreign key ``fk`` points at, as
+    ``select_related(fk)`` loads them: every concrete column of both, one INNER JOIN.
+
+    ``where`` refers to the tables as ``a`` (``model``) and ``b`` (the parent); ``params`` are
+    ``(field, value)`` pairs, each value prepared by its field. Instances are built by
+    ``Model.from_db`` from values converted as the ORM converts them.
+    """
+    connection = connections[using]
+    sql, fields, parent_fields, converters = _parent_select(model, fk, connection.alias, connection.vendor)
+    prepared = [field.get_db_prep_value(value, connection) for field, value in params]
+    rows = execute_one(f"{sql} WHERE {where}", prepared, using=using)
+    parent_model, split, out = parent_fields[0].model, len(fields), []
+    for row in rows:
+        values = convert_row(row, converters, connection)
+        obj = model.from_db(using, [f.attname for f in fields], values[:split])
+        setattr(obj, fk, parent_model.from_db(using, [f.attname for f in parent_fields], values[split:]))
+        out.append(obj)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _parent_select(model, fk: str, alias: str, vendor: str):
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    field = model._meta.get_field(fk)
+    parent = field.related_model
+    fields, parent_fields = list(model._meta.concrete_fields), list(parent._meta.concrete_fields)
+    cols = [f.get_col("a") for f in fields] + [f.get_col("b") for f in parent_fields]
+    columns = ", ".join(f"a.{quote(f.column)}" for f in fields) + ", " + ", ".join(f"b.{quote(f.column)}" for f in parent_fields)
+    sql = (f"SELECT {columns} FROM {quote(model._meta.db_table)} a "
+           f"JOIN {quote(parent._meta.db_table)} b ON a.{quote(field.column)} = b.{quote(field.target_field.column)}")
+    return sql, fields, parent_fields, column_converters(cols, connection)
+
+
 def column_converters(cols, connection) -> list[tuple]:
     """Per column (a ``Col`` expression) the backend and field converters a queryset applies."""
     return [(col, connection.ops.get_db_converters(col) + col.get_db_converters(connection)) for col in cols]

@@ -4,6 +4,15 @@ Threaded workers (gthread): each process serves ``GUNICORN_THREADS`` requests at
 borrows PostgreSQL connections from its own psycopg pool (``DB_POOL_MAX_SIZE``, settings.py),
 so the database sees at most ``WEB_CONCURRENCY × DB_POOL_MAX_SIZE`` web connections. Keep
 ``DB_POOL_MAX_SIZE >= GUNICORN_THREADS`` so a request never waits for a connection.
+
+Sizing (bench/load.py prints the server's CPU per request): an API request is CPU-bound —
+~5–10 ms of Python against ~1–2 ms waiting on PostgreSQL and Redis — and the GIL keeps one
+process to one core, so processes are what scale: about one per core (``WEB_CONCURRENCY``, 2
+for the 2-core reference machine; a fixed default, not ``cpu_count()``, so the database's
+connection bound stays what the settings say on a large host). Threads cover the waits: a
+``?wait=`` poll sleeps in its thread for up to ``TOOLOPS_MAX_WAIT_SECONDS``, so 8 per process
+keep such polls from starving plain requests; more threads add no CPU. Idle keep-alive
+connections wait in gthread's poller, not in a thread, so ``keepalive`` costs no thread.
 """
 import os
 

@@ -323,6 +323,10 @@ TOOLOPS_BINARY_RETENTION_SECONDS = env_int("TOOLOPS_BINARY_RETENTION_SECONDS", 8
 TOOLOPS_BINARY_PURGE_BATCH = env_int("TOOLOPS_BINARY_PURGE_BATCH", 500)
 # Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
 TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
+# Seconds a web process remembers a verified live API token (by its SHA-256) instead of reading it
+# on every request; a revocation made in another process, or a deactivated subject, takes effect
+# within this time (api_token_revoke forgets it in its own process at once). 0: read every time.
+TOOLOPS_TOKEN_CACHE_SECONDS = env_int("TOOLOPS_TOKEN_CACHE_SECONDS", 5)
 # One proposals POST may carry at most this many OpenAI tool_calls (more → 413, nothing created).
 TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = env_int("TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST", 64)
 # The outbox sweep (invocations_app/dispatch.py, run by the beat every 2 s): a ready call still

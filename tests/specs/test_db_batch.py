@@ -13,7 +13,7 @@ from django.utils import timezone
 from specs_app.models import Grant, Subject, Tenant
 from specs_app.selectors import grant_snapshots
 from tests.builders import make_capability, make_grant, make_subject
-from toolops.db_batch import insert_rows, select_rows
+from toolops.db_batch import insert_rows, select_rows, select_with_parent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,3 +112,21 @@ def test_grant_snapshots_read_live_grants_of_the_subject_and_the_tenant():
     assert {s.grant_id for s in snapshots} == {str(mine.pk), str(tenant_wide.pk)}
     assert {s.subject_id for s in snapshots} == {str(subject.pk), None}
     assert grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["no.such.capability"]) == []
+
+
+def test_select_with_parent_loads_both_rows_like_select_related():
+    subject = make_subject()
+    grant = make_grant(subject=subject, scope_kind="exact", scope_values=["a", {"b": 1}], limits={"calls_per_minute": 3},
+                       expires_at=timezone.now() + timedelta(days=1))
+    [lean] = select_with_parent(Grant, "subject", "a.id = %s AND b.tenant_id = %s",
+                                [(Grant._meta.pk, grant.pk), (Subject._meta.get_field("tenant"), subject.tenant_id)])
+    orm = Grant.objects.select_related("subject").get(pk=grant.pk)
+    for field in Grant._meta.concrete_fields:
+        assert getattr(lean, field.attname) == getattr(orm, field.attname), field.name
+    for field in Subject._meta.concrete_fields:
+        assert getattr(lean.subject, field.attname) == getattr(orm.subject, field.attname), field.name
+    with CaptureQueriesContext(connection) as queries:
+        assert lean.subject.pk == subject.pk  # the parent came with the row
+    assert not queries.captured_queries and not lean._state.adding
+    assert select_with_parent(Grant, "subject", "a.id = %s AND b.tenant_id = %s",
+                              [(Grant._meta.pk, grant.pk), (Subject._meta.get_field("tenant"), subject.tenant_id + 1)]) == []
