@@ -51,9 +51,11 @@ import httpx2  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.utils import timezone  # noqa: E402
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+from invocations_app.models import ModelCall  # noqa: E402
 from specs_app.demo import load_demo  # noqa: E402
 
 SMOKE = os.environ.get("BENCH_SMOKE") == "1"
@@ -163,7 +165,13 @@ def main() -> None:
         load_demo(token=TOKEN)
         if not SMOKE:
             time.sleep(3)  # let the worker finish starting before the warm-up
+        started = timezone.now()
         results = asyncio.run(measure(mcp_url, f"{demo_url}/web/pages/small", args.n, args.pending_n))
+        # The client listed once: a tools/call that records a listing of its own (as the SDK's
+        # Mcp-Param header check once made it do) would skew both the record and these figures.
+        listings = ModelCall.objects.filter(created_at__gte=started, run__metadata__opened_by="mcp").count()
+        if listings != 1:
+            raise SystemExit(f"expected the one recorded listing the client asked for, found {listings}")
     finally:
         for proc in reversed(procs):
             proc.terminate()

@@ -11,6 +11,8 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 django.setup()
 
-from invocations_app.mcp.server import build_app  # noqa: E402  (needs the apps loaded above)
+from invocations_app.mcp.db import use_persistent_connections  # noqa: E402  (needs the apps loaded above)
+from invocations_app.mcp.server import build_app  # noqa: E402
 
+use_persistent_connections()
 app = build_app()

@@ -13,14 +13,17 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Callable
 from zoneinfo import ZoneInfo
 
 import mcp_types as types
 from django.conf import settings
-from django.db.models import Exists, OuterRef
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_PARAM_HEADER_PREFIX, validate_mcp_param_headers
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from specs_app.models import Subject
 from specs_app.selectors import tool_view, toolspecs_granted_to_subject
@@ -30,18 +33,18 @@ from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.tracecontext import TraceContext, parse_traceparent
 
-from .. import selectors
 from ..execution import claim_or_inspect, execution_run
 from ..models import Confirmation, Invocation, ModelCall, ModelCallTool, Run, ToolMessage
 from ..tool_messages import tool_message
 from ..admission import parser_limits, proposal_admit
 from ..runs import model_call_create
-from .runs import mcp_run_get_or_open, run_rule
+from .runs import mcp_run_and_listing, mcp_run_get_or_open, run_rule
 
 STATUS_TOOL = "toolops.invocation_status"
 IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
 # Same rule as the REST API's Idempotency-Key header: 1–255 visible ASCII characters.
 _KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
+_PARAM_HEADER_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
 
 STATUS_TOOL_DEFINITION: dict[str, Any] = {
     "name": STATUS_TOOL,
@@ -116,17 +119,23 @@ def _record_listing(run: Run, subject: Subject) -> ModelCall:
 
 # --- tools/call -------------------------------------------------------------------------------
 
-def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes) -> CallOutcome:
-    """Admit one call; answer at once when it is decided without executing, else say what to wait for."""
-    run = request.run()
-    model_call = ModelCall.objects.filter(run=run).order_by("-created_at").first()
-    if model_call is not None:
-        model_call.run = run  # already loaded: proposal_admit reads it
-    else:
+def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes, arguments: Any = None,
+                  headers: Mapping[str, str] | None = None, arm: Callable[[uuid.UUID], None] | None = None) -> CallOutcome:
+    """Admit one call; answer at once when it is decided without executing, else say what to wait for.
+
+    ``arguments`` (as the SDK parsed them) and the HTTP ``headers`` are for the 2026-07-28
+    ``Mcp-Param-*`` header check (``_check_param_headers``). ``arm(invocation_id)``, when given,
+    is called once the call is admitted and before its row is read for the answer, so a
+    handler that must wait is woken by any change after that read (``wakeups.py``) without
+    reading the row a second time first."""
+    run, model_call = mcp_run_and_listing(subject=request.subject, rule=run_rule(session_id=request.session_id, meta=request.meta),
+                                          trace=request.trace)
+    if model_call is None:
         # Called without listing first in this run (e.g. a client that cached yesterday's
         # listing): record the listing it would have got, so the call is still resolved
         # against a recorded visible set.
         model_call = _record_listing(run, request.subject)
+    _check_param_headers(request, model_call, name, arguments, headers)
     now = timezone.now()
     try:
         key = _idempotency_key(request, run, model_call, name, arguments_bytes, now)
@@ -147,10 +156,34 @@ def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes) -> 
                        data={"code": "unknown_tool", "invocation_id": str(invocation.pk)})
     if settings.TOOLOPS_MCP_INLINE_READS:
         _execute_inline_if_read(invocation)
+    if arm is not None:
+        arm(invocation.pk)
     answer = mcp_call_poll(subject=request.subject, invocation_id=invocation.pk)
     if answer is not None:
         return CallOutcome(result=answer, invocation_id=invocation.pk)
     return CallOutcome(wait_for=invocation.pk, invocation_id=invocation.pk)
+
+
+def _check_param_headers(request: McpRequest, model_call: ModelCall, name: str, arguments: Any,
+                         headers: Mapping[str, str] | None) -> None:
+    """The SDK's 2026-07-28 rule for ``Mcp-Param-*`` headers (each property of the tool's
+    inputSchema annotated ``x-mcp-header`` is mirrored in its header, equal to the argument),
+    checked against the tool as this run's recorded listing shows it; a mismatch is the SDK's
+    own ``HEADER_MISMATCH`` error, before anything is admitted or recorded. A tool not in the
+    listing is left to admission (``unknown_tool``), as the SDK leaves it to dispatch."""
+    if headers is None or request.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return
+    if arguments is not None and not isinstance(arguments, Mapping):
+        return
+    arguments = arguments or {}
+    if not arguments and not any(key.lower().startswith(_PARAM_HEADER_PREFIX) for key in headers.keys()):
+        return
+    row = _visible_tools(model_call.pk).get(name)
+    if row is None or row.model_facing_name != name:
+        return
+    rejection = validate_mcp_param_headers((row.rendered or {}).get("inputSchema"), arguments, headers)
+    if rejection is not None:
+        raise MCPError(rejection.code, rejection.message, data=rejection.data)
 
 
 def _execute_inline_if_read(invocation: Invocation) -> None:
@@ -168,72 +201,74 @@ def _execute_inline_if_read(invocation: Invocation) -> None:
 
 def mcp_call_answer(*, subject: Subject, invocation_id) -> dict | None:
     """The answer for a settled call (the recorded MCP tool message, or the pending-confirmation
-    answer), or None while it is still on its way."""
-    invocation = _invocation_for_answer(subject, invocation_id)
-    if invocation.state in TERMINAL:
-        return json.loads(tool_message(invocation=invocation, fmt="mcp"))
-    if invocation.state == State.OUTCOME_UNKNOWN:
-        return _in_progress_result(invocation)  # being reconciled: the model must not retry
-    if invocation.state == State.AUTHORIZED:
-        pending = next((c for c in invocation.confirmations.all() if c.state == Confirmation.Status.PENDING), None)
-        if pending is not None:
-            return pending_confirmation_result(invocation, pending)
-    return None
-
-
-def _invocation_for_answer(subject: Subject, invocation_id) -> Invocation:
-    """One row for the hot path (the record page's prefetches are not needed to answer); a call
-    waiting for a person goes through ``invocation_get``, which expires an overdue confirmation."""
-    invocation = (Invocation.objects.select_related("proposal", "tool_spec")
-                  .filter(pk=invocation_id, subject=subject).first())
-    if invocation is None or invocation.state == State.AUTHORIZED:
-        return selectors.invocation_get(subject=subject, invocation_id=invocation_id)
-    return invocation
+    answer), or None while it is still on its way; ``NotFound`` for another subject's or no call."""
+    row = _answer_row(subject, invocation_id)
+    if row is None:
+        raise NotFound(f"no invocation {invocation_id}")
+    return _answer_from_row(subject, invocation_id, row)
 
 
 def mcp_call_poll(*, subject: Subject, invocation_id) -> dict | None:
-    """``mcp_call_answer`` behind one indexed read of (state, awaiting a person?): the wait loop
-    runs this every few ms, and a final call's stored MCP tool message is read directly."""
-    row = (
+    """``mcp_call_answer`` for the wait loop: None also while the row is not visible yet."""
+    row = _answer_row(subject, invocation_id)
+    return None if row is None else _answer_from_row(subject, invocation_id, row)
+
+
+def _answer_row(subject: Subject, invocation_id) -> tuple | None:
+    """(state, stored MCP tool message, expiry of the pending confirmation) in one indexed read:
+    the wait loop runs this after every wake-up, and a final call's stored message is the answer."""
+    message = ToolMessage.objects.filter(invocation_id=OuterRef("pk"), format="mcp").values("message_bytes")[:1]
+    pending = (Confirmation.objects.filter(invocation_id=OuterRef("pk"), state=Confirmation.Status.PENDING)
+               .order_by("created_at").values("expires_at")[:1])
+    return (
         Invocation.objects.filter(pk=invocation_id, subject=subject)
-        .annotate(awaiting=Exists(Confirmation.objects.filter(invocation_id=OuterRef("pk"), state=Confirmation.Status.PENDING)))
-        .values_list("state", "awaiting").first()
+        .annotate(message=Subquery(message), pending_until=Subquery(pending))
+        .values_list("state", "message", "pending_until").first()
     )
-    if row is None:
-        return None
-    state, awaiting = row
+
+
+def _answer_from_row(subject: Subject, invocation_id, row: tuple) -> dict | None:
+    state, message, pending_until = row
     if state in TERMINAL:
-        stored = ToolMessage.objects.filter(invocation_id=invocation_id, format="mcp").values_list("message_bytes", flat=True).first()
-        if stored is not None:
-            return json.loads(bytes(stored))
-    elif state != State.OUTCOME_UNKNOWN and not (state == State.AUTHORIZED and awaiting):
-        return None  # queued or executing
-    return mcp_call_answer(subject=subject, invocation_id=invocation_id)
+        if message is not None:
+            return json.loads(bytes(message))
+        # Nothing stored under this id (an approver's edit answers for it, or an old record):
+        # the message as the record renders it.
+        invocation = Invocation.objects.select_related("proposal", "tool_spec").get(pk=invocation_id, subject=subject)
+        return json.loads(tool_message(invocation=invocation, fmt="mcp"))
+    if state == State.OUTCOME_UNKNOWN:
+        return _in_progress_result(invocation_id, state)  # being reconciled: the model must not retry
+    if state == State.AUTHORIZED and pending_until is not None:
+        return pending_confirmation_result(invocation_id, pending_until)
+    return None  # queued or executing
 
 
 def mcp_call_still_running(*, subject: Subject, invocation_id) -> dict:
     """The answer when waiting ran out (or the outcome is being reconciled): where it stands."""
-    return _in_progress_result(selectors.invocation_get(subject=subject, invocation_id=invocation_id))
+    state = Invocation.objects.filter(pk=invocation_id, subject=subject).values_list("state", flat=True).first()
+    if state is None:
+        raise NotFound(f"no invocation {invocation_id}")
+    return _in_progress_result(invocation_id, state)
 
 
-def _in_progress_result(invocation: Invocation) -> dict:
-    status = "outcome_unknown" if invocation.state == State.OUTCOME_UNKNOWN else "working"
+def _in_progress_result(invocation_id, state: str) -> dict:
+    status = "outcome_unknown" if state == State.OUTCOME_UNKNOWN else "working"
     text = (
-        f"The call (invocation {invocation.pk}) is {invocation.state}: "
+        f"The call (invocation {invocation_id}) is {state}: "
         + ("it may have happened; a person is checking. Do not retry it. " if status == "outcome_unknown" else "")
-        + f'Check it later with {STATUS_TOOL} {{"invocation_id": "{invocation.pk}"}}.'
+        + f'Check it later with {STATUS_TOOL} {{"invocation_id": "{invocation_id}"}}.'
     )
-    return _result(text, {"status": status, "invocation_id": str(invocation.pk), "state": invocation.state})
+    return _result(text, {"status": status, "invocation_id": str(invocation_id), "state": state})
 
 
-def pending_confirmation_result(invocation: Invocation, confirmation: Confirmation) -> dict:
-    expires_at = confirmation.expires_at.isoformat()
+def pending_confirmation_result(invocation_id, expires_at: datetime) -> dict:
+    expires_at = expires_at.isoformat()
     text = (
-        f"This call waits for a person to confirm it (invocation {invocation.pk}; the request expires at "
+        f"This call waits for a person to confirm it (invocation {invocation_id}; the request expires at "
         f"{expires_at}). Do not call the tool again for this; check the outcome with {STATUS_TOOL} "
-        f'{{"invocation_id": "{invocation.pk}"}}.'
+        f'{{"invocation_id": "{invocation_id}"}}.'
     )
-    return _result(text, {"status": "pending_confirmation", "invocation_id": str(invocation.pk), "expires_at": expires_at})
+    return _result(text, {"status": "pending_confirmation", "invocation_id": str(invocation_id), "expires_at": expires_at})
 
 
 def mcp_status(*, subject: Subject, arguments: dict | None) -> dict:
@@ -243,11 +278,11 @@ def mcp_status(*, subject: Subject, arguments: dict | None) -> dict:
         invocation_id = uuid.UUID(invocation_id)
     except (TypeError, ValueError, AttributeError):
         return _result('invocation_id (a UUID) is required: {"invocation_id": "<uuid>"}', None, is_error=True)
-    try:
-        answer = mcp_call_answer(subject=subject, invocation_id=invocation_id)
-    except NotFound:
+    row = _answer_row(subject, invocation_id)
+    if row is None:
         return _result(f"no invocation {invocation_id} for this agent", None, is_error=True)
-    return answer if answer is not None else mcp_call_still_running(subject=subject, invocation_id=invocation_id)
+    answer = _answer_from_row(subject, invocation_id, row)
+    return answer if answer is not None else _in_progress_result(invocation_id, row[0])
 
 
 # --- helpers ----------------------------------------------------------------------------------

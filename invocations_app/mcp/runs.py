@@ -22,7 +22,7 @@ from specs_app.models import Subject
 from toolops.errors import ApplicationError
 from toolops.runtime.tracecontext import TraceContext
 
-from ..models import Run
+from ..models import ModelCall, Run
 from ..runs import run_create
 
 RUN_META_KEY = "dev.toolops/run"
@@ -63,3 +63,17 @@ def mcp_run_get_or_open(*, subject: Subject, rule: RunRule, trace: TraceContext 
     run.mcp_key = rule.key
     return run
 
+
+
+def mcp_run_and_listing(*, subject: Subject, rule: RunRule, trace: TraceContext | None) -> tuple[Run, ModelCall | None]:
+    """The run ``rule`` names and its most recent model call (the listing a tools/call is
+    resolved against; None when the run has none yet): one read in the usual case."""
+    where = {"run__pk": rule.key} if rule.kind == "meta" else {"run__mcp_key": rule.key}
+    try:
+        latest = (ModelCall.objects.select_related("run").filter(run__subject=subject, **where)
+                  .order_by("-created_at").first())
+    except (DjangoValidationError, ValueError):  # not a run id: mcp_run_get_or_open says so
+        latest = None
+    if latest is not None:
+        return latest.run, latest
+    return mcp_run_get_or_open(subject=subject, rule=rule, trace=trace), None

@@ -15,6 +15,7 @@ generations carry exactly one JSON-RPC message per POST, so the body is that cal
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -116,13 +117,15 @@ async def on_call_tool(
         return types.CallToolResult.model_validate(result)
     if params.request_state is not None:
         return await _confirmation_retry(request, params)
-    outcome = await in_db_thread(mcp_tool_call, request=request, name=params.name, arguments_bytes=_arguments_bytes(ctx, params))
-    if params.task is not None and outcome.invocation_id is not None and is_legacy_protocol(request.protocol_version):
-        # 2025-11-25 task-augmented call: the task (the durable invocation) at once, whatever its state.
-        return await in_db_thread(legacy_task_created, subject=request.subject, invocation_id=outcome.invocation_id)
-    result = outcome.result
-    if result is None:
-        result = await _wait_for_answer(request, outcome.wait_for)
+    with _Armed() as armed:
+        outcome = await in_db_thread(mcp_tool_call, request=request, name=params.name, arguments_bytes=_arguments_bytes(ctx, params),
+                                     arguments=params.arguments, headers=ctx.request.headers, arm=armed)
+        if params.task is not None and outcome.invocation_id is not None and is_legacy_protocol(request.protocol_version):
+            # 2025-11-25 task-augmented call: the task (the durable invocation) at once, whatever its state.
+            return await in_db_thread(legacy_task_created, subject=request.subject, invocation_id=outcome.invocation_id)
+        result = outcome.result
+        if result is None:
+            result = await _wait_for_answer(request, outcome.wait_for, armed=armed.event)
     waiting = (result.get("structuredContent") or {}).get("status") in ("pending_confirmation", "working", "outcome_unknown")
     if waiting and client_accepts_tasks(request.meta):
         return await in_db_thread(task_created, subject=request.subject, invocation_id=result["structuredContent"]["invocation_id"])
@@ -199,29 +202,72 @@ def _pending(result: dict) -> bool:
     return (result.get("structuredContent") or {}).get("status") == "pending_confirmation"
 
 
-async def _wait_for_answer(request: McpRequest, invocation_id, *, past_confirmation: bool = False) -> dict:
+class _Armed:
+    """The wake-up event of a call being admitted, armed by the admitting database thread
+    (``mcp_tool_call(arm=…)``) for the invocation it created; disarmed when the handler ends,
+    and never armed after that (a thread still admitting for a handler that was cancelled)."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.lock = threading.Lock()
+        self.armed: list = []
+        self.closed = False
+
+    def __call__(self, invocation_id) -> None:
+        with self.lock:
+            if not self.closed:
+                WAKEUPS.arm(invocation_id, self.event)
+                self.armed.append(invocation_id)
+
+    def __enter__(self) -> "_Armed":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self.lock:
+            self.closed = True
+            for invocation_id in self.armed:
+                WAKEUPS.disarm(invocation_id, self.event)
+
+
+async def _wait_for_answer(request: McpRequest, invocation_id, *, past_confirmation: bool = False,
+                           armed: anyio.Event | None = None) -> dict:
     """Wait until the call settles (with ``past_confirmation``: until a person has decided too)
     or ``TOOLOPS_MCP_WAIT_SECONDS`` pass, re-reading the row when its state changes (a
-    PostgreSQL notification, ``wakeups.py``) or, without a listener, polling. A client that goes
-    away only stops this wait: nothing here cancels the call."""
+    PostgreSQL notification, ``wakeups.py``) or, without a listener, polling. ``armed``: an
+    event already armed for this invocation before a read that found it unsettled (the
+    admission's own), so the first read is skipped. A client that goes away only stops this
+    wait: nothing here cancels the call."""
     deadline = time.monotonic() + settings.TOOLOPS_MCP_WAIT_SECONDS
     pause = _POLL_FIRST
     answer = None
     while True:
-        wake = WAKEUPS.arm(invocation_id)  # before reading: a change committed after the read wakes us
-        try:
-            answer = await in_db_thread(mcp_call_poll, subject=request.subject, invocation_id=invocation_id)
-            if answer is not None and not (past_confirmation and _pending(answer)):
-                return answer
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        if armed is not None:
+            wake, armed = armed, None
+            if not await _until(wake, deadline, pause):
                 break
-            with anyio.move_on_after(min(remaining, FALLBACK_SECONDS if WAKEUPS.listening else pause)):
-                await wake.wait()
-        finally:
-            WAKEUPS.disarm(invocation_id, wake)
+        else:
+            wake = WAKEUPS.arm(invocation_id)  # before reading: a change committed after the read wakes us
+            try:
+                answer = await in_db_thread(mcp_call_poll, subject=request.subject, invocation_id=invocation_id)
+                if answer is not None and not (past_confirmation and _pending(answer)):
+                    return answer
+                if not await _until(wake, deadline, pause):
+                    break
+            finally:
+                WAKEUPS.disarm(invocation_id, wake)
         pause = min(pause * _POLL_GROWTH, _POLL_MAX)
     return answer or await in_db_thread(mcp_call_still_running, subject=request.subject, invocation_id=invocation_id)
+
+
+async def _until(wake: anyio.Event, deadline: float, pause: float) -> bool:
+    """Wait for ``wake`` (at most the fallback interval, or ``pause`` while polling); False when
+    the deadline has already passed."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return False
+    with anyio.move_on_after(min(remaining, FALLBACK_SECONDS if WAKEUPS.listening else pause)):
+        await wake.wait()
+    return True
 
 
 @contextlib.asynccontextmanager
@@ -263,7 +309,20 @@ def _server() -> Server[Any]:
             f"later with {STATUS_TOOL}."
         ),
         lifespan=_lifespan, on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+        get_tool_input_schema=_no_schema_before_dispatch,
     )
+
+
+def _no_schema_before_dispatch(name: str) -> None:
+    """Nothing for the SDK to check ``Mcp-Param-*`` headers against before dispatch.
+
+    Without this hook the SDK's 2026-07-28 transport resolves a ``tools/call``'s inputSchema by
+    running this server's own ``tools/list`` handler first — here that recorded a ModelCall the
+    client never saw (and spent the run's model-call budget) on every call, and the call was
+    then resolved against that listing. The check is made in ``mcp_tool_call`` instead, against
+    the recorded listing the call is resolved against, with the same rule and the same
+    ``HEADER_MISMATCH`` answer."""
+    return None
 
 
 def transport_security() -> TransportSecuritySettings:

@@ -11,6 +11,7 @@ while it reconnects) it polls as before.
 from __future__ import annotations
 
 import logging
+import threading
 
 import anyio
 from django.conf import settings
@@ -23,25 +24,34 @@ FALLBACK_SECONDS = 0.25
 
 
 class Wakeups:
+    """Events of waiting handlers by invocation id. Set on the event loop (the listener); armed
+    there or, for a call just admitted, from the database thread that admitted it (``lock``)."""
+
     def __init__(self) -> None:
         self.waiters: dict[str, set[anyio.Event]] = {}
         self.listening = False
+        self.lock = threading.Lock()
 
-    def arm(self, invocation_id) -> anyio.Event:
-        """An event set by the next state change of ``invocation_id`` (arm before reading the row)."""
-        event = anyio.Event()
-        self.waiters.setdefault(str(invocation_id), set()).add(event)
+    def arm(self, invocation_id, event: anyio.Event | None = None) -> anyio.Event:
+        """An event set by the next state change of ``invocation_id`` (arm before reading the row).
+        ``event``: one made on the event loop, armed here from a database thread."""
+        event = event or anyio.Event()
+        with self.lock:
+            self.waiters.setdefault(str(invocation_id), set()).add(event)
         return event
 
     def disarm(self, invocation_id, event: anyio.Event) -> None:
-        events = self.waiters.get(str(invocation_id))
-        if events is not None:
-            events.discard(event)
-            if not events:
-                del self.waiters[str(invocation_id)]
+        with self.lock:
+            events = self.waiters.get(str(invocation_id))
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self.waiters[str(invocation_id)]
 
     def _wake(self, invocation_id: str) -> None:
-        for event in self.waiters.get(invocation_id, ()):
+        with self.lock:
+            events = tuple(self.waiters.get(invocation_id, ()))
+        for event in events:
             event.set()
 
     async def listen(self) -> None:
@@ -61,9 +71,10 @@ class Wakeups:
                 logger.warning("invocation wake-ups lost (%s); polling until reconnected", type(exc).__name__)
             finally:
                 self.listening = False
-                for events in list(self.waiters.values()):  # anyone who missed a change re-reads now
-                    for event in events:
-                        event.set()
+                with self.lock:  # anyone who missed a change re-reads now
+                    events = [event for armed in self.waiters.values() for event in armed]
+                for event in events:
+                    event.set()
             await anyio.sleep(1)
 
 

@@ -105,6 +105,9 @@ def test_it_answers_a_read_only_call_with_the_recorded_tool_message(mcp_server, 
     assert origin["transport"] == "mcp" and origin["request_id"] is not None
     assert (origin["session_id"] is not None) == (mode == "legacy")
     assert invocation.run.mcp_key.startswith("session:" if mode == "legacy" else "day:")
+    # The call is resolved against the listing the client got; it records no listing of its own
+    # (the SDK's 2026-07-28 header check used to run the tools/list handler for every call).
+    assert list(ModelCall.objects.filter(run=invocation.run).values_list("pk", flat=True)) == [invocation.model_call_id]
 
 
 def test_it_answers_schema_invalid_arguments_with_is_error_naming_the_pointer(mcp_server, demo_agent):

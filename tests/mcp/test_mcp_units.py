@@ -1,17 +1,19 @@
 """The MCP front door's domain glue, called directly (database, no servers)."""
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
 from django.core import signing
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
+from mcp_types import HEADER_MISMATCH
 
-from invocations_app.mcp.calls import McpRequest, _idempotency_key, mcp_status
+from invocations_app.mcp.calls import McpRequest, _idempotency_key, mcp_status, mcp_tool_call
 from invocations_app.mcp.elicitation import SALT, confirmation_state_redeem, confirmation_state_seal
 from invocations_app.mcp.runs import RunRule, mcp_run_get_or_open
-from invocations_app.models import Run
+from invocations_app.models import Invocation, ModelCall, Proposal, Run
 from invocations_app.admission import proposal_admit
 from invocations_app.runs import model_call_create
 from specs_app.demo import load_demo
@@ -100,3 +102,43 @@ def test_the_status_tool_answers_a_malformed_or_foreign_id_with_is_error(agent):
     for arguments in ({}, {"invocation_id": "nope"}, {"invocation_id": 7}, {"invocation_id": "00000000-0000-0000-0000-000000000001"}):
         answer = mcp_status(subject=agent, arguments=arguments)
         assert answer["isError"] is True, arguments
+
+
+def test_mcp_param_headers_are_checked_against_the_listing_the_call_is_resolved_against(agent):
+    run = mcp_run_get_or_open(subject=agent, rule=RunRule("session", "session:s-3"), trace=None)
+    listing = model_call_create(run=run, tool_refs=["weather.get_forecast@1"], fmt="mcp", context=[])
+    row = listing.visible_tools.get()
+    row.rendered["inputSchema"]["properties"]["city"]["x-mcp-header"] = "City"  # as a tool declaring it lists it
+    row.save(update_fields=["rendered"])
+    arguments = {"city": "Paris", "date": "2026-07-20"}
+    raw = json.dumps(arguments).encode()
+    modern = McpRequest(subject=agent, session_id=None, request_id=1, protocol_version="2026-07-28",
+                        meta={"dev.toolops/run": str(run.pk)})
+    for headers in ({"Mcp-Param-City": "Rome"}, {}):  # another value, or the header missing
+        with pytest.raises(MCPError) as mismatch:
+            mcp_tool_call(request=modern, name="weather-get_forecast_v1", arguments_bytes=raw, arguments=arguments, headers=headers)
+        assert mismatch.value.error.code == HEADER_MISMATCH
+    assert not Proposal.objects.filter(model_call__run=run).exists()  # refused before anything is recorded
+    admitted = mcp_tool_call(request=modern, name="weather-get_forecast_v1", arguments_bytes=raw, arguments=arguments,
+                             headers={"mcp-param-city": "Paris"})
+    legacy = McpRequest(subject=agent, session_id=None, request_id=2, protocol_version="2025-11-25",
+                        meta={"dev.toolops/run": str(run.pk)})  # no Mcp-Param-* headers before 2026-07-28
+    unchecked = mcp_tool_call(request=legacy, name="weather-get_forecast_v1", arguments_bytes=raw, arguments=arguments, headers={})
+    invocations = Invocation.objects.filter(pk__in=[admitted.wait_for, unchecked.wait_for])
+    assert {inv.model_call_id for inv in invocations} == {listing.pk}
+    assert ModelCall.objects.filter(run=run).count() == 1  # the calls recorded no listing of their own
+
+
+def test_the_status_tool_answers_from_one_read_of_the_call(agent, django_assert_num_queries):
+    run = mcp_run_get_or_open(subject=agent, rule=RunRule("session", "session:s-4"), trace=None)
+    call = model_call_create(run=run, tool_refs=["calendar.create_event@1"], fmt="mcp", context=[])
+    invocation, _ = proposal_admit(model_call=call, subject=agent, proposal_id="p1", name="calendar-create_event_v1",
+                                   arguments_bytes=CALENDAR_ARGS)
+    pending = invocation.confirmations.get()
+    with django_assert_num_queries(1):
+        answer = mcp_status(subject=agent, arguments={"invocation_id": str(invocation.pk)})
+    assert answer["structuredContent"] == {"status": "pending_confirmation", "invocation_id": str(invocation.pk),
+                                           "expires_at": pending.expires_at.isoformat()}
+    with django_assert_num_queries(1):
+        unknown = mcp_status(subject=agent, arguments={"invocation_id": "00000000-0000-0000-0000-000000000001"})
+    assert unknown["isError"] is True
