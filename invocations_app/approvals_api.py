@@ -46,7 +46,7 @@ class ConfirmationOut(serializers.Serializer):
                                       "`{field, kind, text, value}` per top-level argument")
     normalized_arguments = serializers.JSONField()
     digest = serializers.CharField(help_text="send this back to approve exactly these arguments")
-    why = serializers.CharField(help_text="why this call needs a person: the grant or rule, its limit in the call's units")
+    why = serializers.CharField(help_text="why this call needs a person: the grant or rule, its limits in major units of their currency")
     risk = serializers.CharField(help_text="side-effect class, what a retry does, whether it can be undone")
     requested_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()

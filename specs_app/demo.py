@@ -153,7 +153,7 @@ DEMO_TOOLSPECS: list[dict] = [
 DEMO_GRANTS = [
     ("weather.read", "read", "any", [], "allow", {"calls_per_minute": 60}),
     ("calendar.write", "create", "exact", ["primary", "work"], "allow", {}),
-    ("payments.transfer", "create", "any", [], "confirm", {"max_amount_per_call": 50_000}),
+    ("payments.transfer", "create", "any", [], "confirm", {"currency": "EUR", "max_amount_per_call": 50_000}),
     ("web.read", "read", "url_prefix", ["{base}/web/pages/"], "allow", {}),
 ]
 

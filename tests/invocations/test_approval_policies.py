@@ -85,7 +85,7 @@ def test_it_denies_an_amount_above_the_highest_closed_tier(finance, payments):
 
 
 def test_the_toolspecs_policy_applies_to_grants_without_one():
-    spec = make_payments_spec(confirmation_policy={"expires_seconds": 900, "approval": {
+    spec = make_payments_spec(confirmation_policy={"expires_seconds": 900, "approval": {"currency": "EUR",
         "thresholds": [{"up_to": 100, "effect": "allow"}, {"effect": "confirm", "approvals": 3}]}})
     subject = make_subject()
     make_grant(subject=subject, capability="payments.transfer", operation_class="create")
@@ -339,7 +339,7 @@ def test_grant_create_stores_the_normalized_policy_and_audits_it(payments):
     admin = make_staff(username="root", superuser=True)
     grant = grant_create(user=admin, reason="finance", **_grant_values(approval_policy={**PAYMENTS_POLICY, "approvals": 1}))
     # Normalized: the default quorum is left out, every confirm tier states its quorum.
-    assert grant.approval_policy == {"thresholds": [
+    assert grant.approval_policy == {"currency": "EUR", "thresholds": [
         {"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm", "approvals": 1},
         {"effect": "confirm", "approvals": 2}]}
     assert grant.changes.get().data["approval_policy"] == grant.approval_policy
