@@ -40,6 +40,7 @@ DECISIONS: list[ErrorCode] = [
     ErrorCode("separation_of_duties", 403, "the run acts for this person (`on_behalf_of`): they may not approve its calls", "ask another approver"),
     ErrorCode("already_decided", 409, "the confirmation was decided (or expired) meanwhile (`state`)", "nothing to do"),
     ErrorCode("duplicate_approver", 409, "this person already approved the confirmation; a quorum needs different people", "wait for another approver"),
+    ErrorCode("already_revoked", 409, "the standing approval was revoked meanwhile", "nothing to do"),
 ]
 
 HTTP: dict[str, ErrorCode] = {c.code: c for c in [
@@ -117,7 +118,6 @@ CONSOLE: dict[str, ErrorCode] = {c.code: c for c in [
     ErrorCode("stale_digest", 409, "the digest the person saw is not the call's digest (arguments changed)", "review the new arguments"),
     *DECISIONS,
     ErrorCode("invalid_standing_approval", 400, "a standing approval's minutes or limits are out of range", "fix the form"),
-    ErrorCode("already_revoked", 409, "the standing approval was revoked meanwhile", "nothing to do"),
     ErrorCode("already_resolved", 409, "the unknown outcome was settled meanwhile", "nothing to do"),
     ErrorCode("resolution_pending", 409, "a resolution is waiting for a second person", "confirm or reject that one"),
     ErrorCode("stale_resolution_proposal", 409, "the resolution proposal changed meanwhile", "review it again"),
