@@ -73,13 +73,18 @@ def output_schema(invocation: Invocation) -> dict | None:
     return schema if isinstance(schema, dict) else None
 
 
-def encode(invocation: Invocation, result: ToolResult):
+_READ = object()
+
+
+def encode(invocation: Invocation, result: ToolResult, *, notice=_READ):
     """Identifiers, enum members and formatted values of a result stay usable (``FreeTextRule``);
-    free text is wrapped as untrusted — inside a string where an output schema fixes the types."""
+    free text is wrapped as untrusted — inside a string where an output schema fixes the types.
+    ``notice``: the edit notice when the caller already read it (else ``edit_notice`` reads it)."""
     schema = output_schema(invocation)
     return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
                          tool_ref=invocation.tool_ref or invocation.proposal.name,
-                         edited_by_approver=edit_notice(invocation), free_text=FreeTextRule(schema), output_schema=schema)
+                         edited_by_approver=edit_notice(invocation) if notice is _READ else notice,
+                         free_text=FreeTextRule(schema), output_schema=schema)
 
 
 def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:
@@ -212,9 +217,7 @@ def _current(invocation: Invocation, fmt: str, known: _Known) -> tuple[str, byte
         return None
     result = _ending_result(error_code=invocation.error_code, error_message=invocation.error_message,
                             commit_status=invocation.commit_status)
-    encoded = encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
-                            tool_ref=invocation.tool_ref or invocation.proposal.name,
-                            edited_by_approver=_edit_notice(invocation, known))
+    encoded = encode(invocation, result, notice=_edit_notice(invocation, known))
     return ModelCallMessage.Kind.FINAL, message_bytes(
         render(fmt, encoded, tool_call_id=known.call_id[invocation.pk], is_error=True))
 
