@@ -22,8 +22,9 @@ from .auth import PersonTokenAuthentication
 from .confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
 from .confirmation_summaries import confirmation_summary
 from .confirmations import StaleDigest, confirmation_approve, confirmation_deny
-from .console.selectors import confirmation_get_for_user, confirmations_visible_to
+from .console.selectors import confirmation_get_for_user, confirmations_visible_to, standing_approval_get_for_user
 from .models import Confirmation
+from .standing_approvals import standing_approval_revoke
 
 STATES = [s.value for s in Confirmation.Status]
 
@@ -46,7 +47,7 @@ class ConfirmationOut(serializers.Serializer):
                                       "`{field, kind, text, value}` per top-level argument")
     normalized_arguments = serializers.JSONField()
     digest = serializers.CharField(help_text="send this back to approve exactly these arguments")
-    why = serializers.CharField(help_text="why this call needs a person: the grant or rule, its limit in the call's units")
+    why = serializers.CharField(help_text="why this call needs a person: the grant or rule, its limits in major units of their currency")
     risk = serializers.CharField(help_text="side-effect class, what a retry does, whether it can be undone")
     requested_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()
@@ -100,6 +101,19 @@ class ApproveWithEditsIn(serializers.Serializer):
     new_digest = serializers.CharField(required=False, max_length=64,
                                        help_text="optional: the digest the edit must produce (409 digest_mismatch otherwise)")
     reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class StandingRevokeIn(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000,
+                                   help_text="required (400 reason_required if blank): kept on the record")
+
+
+class StandingRevokedOut(serializers.Serializer):
+    id = serializers.UUIDField()
+    revoked_at = serializers.DateTimeField()
+    revoked_by = serializers.CharField()
+    revoke_reason = serializers.CharField()
+    calls_covered = serializers.IntegerField(help_text="calls it covered before it was revoked (they stand)")
 
 
 class DecisionOut(serializers.Serializer):
@@ -214,6 +228,20 @@ class ConfirmationApproveWithEditsView(ApprovalsView):
                 new_digest_seen=new_digest, reason=data["reason"].strip() or "corrected through the Approvals API",
             )
         return _decision(confirmation, invocation)
+
+
+class StandingApprovalRevokeView(ApprovalsView):
+    @extend_schema(request=StandingRevokeIn, responses={200: StandingRevokedOut, **problem_responses(
+        {400: ["reason_required"], 403: ["forbidden"], 404: ["not_found"], 409: ["already_revoked"]}, body=True)},
+        summary="Revoke a standing approval, with the reason kept on the record", tags=["approvals"],
+        operation_id="standing_approval_revoke")
+    def post(self, request, standing_id):
+        standing = standing_approval_get_for_user(user=request.user, pk=standing_id)  # 403/404 before anything changes
+        data = _valid(StandingRevokeIn, request.data)
+        standing = standing_approval_revoke(standing=standing, user=request.user, reason=data["reason"])
+        return Response({"id": str(standing.pk), "revoked_at": standing.revoked_at.isoformat(),
+                         "revoked_by": standing.revoked_by.get_username(), "revoke_reason": standing.revoke_reason,
+                         "calls_covered": standing.calls_covered})
 
 
 class _digest_mismatch:

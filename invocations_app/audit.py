@@ -434,7 +434,7 @@ class GrantCoverage:
         try:
             requirements = requirements_for(
                 declared=declared, operation_classes=capability_classes([d["capability"] for d in declared]),
-                arguments=rec.normalized_arguments,
+                arguments=rec.normalized_arguments, normalizers=spec.normalizers,
             )
         except (RequirementError, KeyError, TypeError) as exc:
             yield fail(f"the requirements of these arguments cannot be derived: {exc}")

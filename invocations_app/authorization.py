@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -145,7 +146,7 @@ def authorization_decide(
 def _spec_approval(confirmation_policy: dict) -> tuple[ApprovalPolicy | None, str | None]:
     """The ToolSpec's approval policy (``confirmation_policy["approval"]``), or why it is unusable."""
     try:
-        return ApprovalPolicy.from_dict(confirmation_policy.get("approval")), None
+        return ApprovalPolicy.from_dict(confirmation_policy.get("approval"), legacy_currency=settings.TOOLOPS_LEGACY_AMOUNT_CURRENCY), None
     except PolicyError as exc:
         return None, f"the tool's approval policy is unusable: {exc}"
 
@@ -226,7 +227,8 @@ def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now, spec_ap
     names = [entry["capability"] for entry in declared]
     ctx = AuthContext(tenant=tenant.slug, subject_id=str(subject.pk), tool_ref=spec.ref, now=now)
     try:
-        requirements = requirements_for(declared=declared, operation_classes=capability_classes(names), arguments=arguments)
+        requirements = requirements_for(declared=declared, operation_classes=capability_classes(names), arguments=arguments,
+                                        normalizers=spec.normalizers)
     except RequirementError as exc:
         return Decision(Effect.DENY, (Reason("misconfigured_tool", None, ",".join(names), str(exc)),), ())
     grants = grant_snapshots(tenant=tenant, subject=subject, capabilities=names)

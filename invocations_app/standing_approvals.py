@@ -103,18 +103,24 @@ def standing_approval_grant(
     return standing
 
 
-def standing_approval_revoke(*, standing: StandingApproval, user, reason: str = "") -> StandingApproval:
-    """Stop a standing approval covering further calls (calls it already covered stand)."""
+def standing_approval_revoke(*, standing: StandingApproval, user, reason: str) -> StandingApproval:
+    """Stop a standing approval covering further calls (calls it already covered stand).
+
+    A reason is required (``reason_required``, nothing changes without one): it is kept on the
+    standing approval, in the ``standing_approval_revoked`` event and shown on the record."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApplicationError("a reason is required to revoke a standing approval", code="reason_required")
     now = timezone.now()
     with transaction.atomic():
         changed = StandingApproval.objects.filter(pk=standing.pk, revoked_at__isnull=True).update(
-            revoked_at=now, revoked_by=user, revoke_reason=reason.strip())
+            revoked_at=now, revoked_by=user, revoke_reason=reason)
         if changed != 1:
             raise Conflict("this standing approval is already revoked", code="already_revoked")
         if standing.from_confirmation_id:
             event_append(invocation=standing.from_confirmation.invocation, kind="standing_approval_revoked",
                          actor=f"user:{user.username}", data={
-                             "standing_approval_id": str(standing.pk), "reason": reason.strip(),
+                             "standing_approval_id": str(standing.pk), "reason": reason,
                              "calls_covered": StandingApproval.objects.values_list("calls_covered", flat=True).get(pk=standing.pk),
                          })
     standing.refresh_from_db()

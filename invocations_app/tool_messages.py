@@ -10,6 +10,7 @@ and ``cancellation`` for a call that ends without one, via ``ending_message_rows
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils import timezone
@@ -72,13 +73,18 @@ def output_schema(invocation: Invocation) -> dict | None:
     return schema if isinstance(schema, dict) else None
 
 
-def encode(invocation: Invocation, result: ToolResult):
+_READ = object()
+
+
+def encode(invocation: Invocation, result: ToolResult, *, notice=_READ):
     """Identifiers, enum members and formatted values of a result stay usable (``FreeTextRule``);
-    free text is wrapped as untrusted — inside a string where an output schema fixes the types."""
+    free text is wrapped as untrusted — inside a string where an output schema fixes the types.
+    ``notice``: the edit notice when the caller already read it (else ``edit_notice`` reads it)."""
     schema = output_schema(invocation)
     return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
                          tool_ref=invocation.tool_ref or invocation.proposal.name,
-                         edited_by_approver=edit_notice(invocation), free_text=FreeTextRule(schema), output_schema=schema)
+                         edited_by_approver=edit_notice(invocation) if notice is _READ else notice,
+                         free_text=FreeTextRule(schema), output_schema=schema)
 
 
 def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:
@@ -104,10 +110,6 @@ def _ending_result(*, error_code: str, error_message: str, commit_status: str) -
                       commit_status=commit_status or "not_committed")
 
 
-def _awaiting_confirmation(invocation: Invocation) -> bool:
-    return invocation.state == State.AUTHORIZED and invocation.confirmations.filter(state=Confirmation.Status.PENDING).exists()
-
-
 # What the model reads while a call is still open (API.md): never a 409 it cannot answer.
 INTERIM = {
     ModelCallMessage.Kind.AWAITING_CONFIRMATION: "a person must confirm this call first; ask again later",
@@ -115,16 +117,75 @@ INTERIM = {
 }
 
 
-def _interim_message(invocation: Invocation, kind: str, fmt: str) -> bytes:
+@dataclass
+class _Known:
+    """What ``current_message`` needs beyond the invocation rows, read for a whole context at once:
+    stored messages, pending confirmations, approvers' edits (replacement, its reason) and the
+    model's tool-call id each answers. Queries grow with the depth of edit chains, not with rows."""
+
+    stored: dict = field(default_factory=dict)  # invocation id → stored message bytes (this format)
+    awaiting: set = field(default_factory=set)  # ids of AUTHORIZED calls with a pending confirmation
+    replacement: dict = field(default_factory=dict)  # edited original's id → its first edit (Invocation)
+    edit_reason: dict = field(default_factory=dict)  # an edit's id → the approver's reason
+    call_id: dict = field(default_factory=dict)  # invocation id → the tool-call id it answers
+
+
+def _known(invocations: list[Invocation], fmt: str) -> _Known:
+    known = _Known()
+    level, unanswered = list(invocations), []
+    while level:  # one round per step along approvers' edits (each round: at most three queries)
+        ids = [inv.pk for inv in level]
+        known.stored.update((i, bytes(b)) for i, b in ToolMessage.objects.filter(invocation_id__in=ids, format=fmt)
+                            .values_list("invocation_id", "message_bytes"))
+        unanswered += [inv for inv in level if inv.pk not in known.stored]
+        open_ids = [inv.pk for inv in level if inv.pk not in known.stored and inv.state == State.AUTHORIZED]
+        if open_ids:
+            known.awaiting.update(Confirmation.objects.filter(invocation_id__in=open_ids, state=Confirmation.Status.PENDING)
+                                  .values_list("invocation_id", flat=True))
+        edited = [inv.pk for inv in level if inv.pk not in known.stored and inv.state == State.CANCELLED_BEFORE_COMMIT]
+        level = []
+        if edited:  # only an edited original ends so and has edits
+            for edit in Invocation.objects.filter(edited_from_id__in=edited).select_related("proposal", "tool_spec").order_by("created_at"):
+                if edit.edited_from_id not in known.replacement:
+                    known.replacement[edit.edited_from_id] = edit
+                    level.append(edit)
+    edits = [inv.pk for inv in unanswered if inv.edited_from_id is not None]
+    if edits:
+        known.edit_reason = dict(Confirmation.objects.filter(replacement_id__in=edits).values_list("replacement_id", "reason"))
+    # The tool-call id: the proposal's, or for an edit the id of the call the model proposed.
+    parent = {inv.pk: inv.edited_from_id for inv in unanswered}
+    proposal_id = {inv.pk: inv.proposal.proposal_id for inv in unanswered}
+    frontier = {up for up in parent.values() if up is not None} - set(parent)
+    while frontier:  # one query per step up an edit chain
+        rows = list(Invocation.objects.filter(pk__in=frontier).values_list("pk", "edited_from_id", "proposal__proposal_id"))
+        for pk, up, pid in rows:
+            parent[pk], proposal_id[pk] = up, pid
+        frontier = {up for _, up, _ in rows if up is not None} - set(parent)
+    for inv in unanswered:
+        root = inv.pk
+        while parent.get(root) is not None:
+            root = parent[root]
+        known.call_id[inv.pk] = proposal_id[root]
+    return known
+
+
+def _edit_notice(invocation: Invocation, known: _Known) -> dict | None:
+    if invocation.edited_from_id is None:
+        return None
+    return {"message": EDIT_NOTICE, "arguments": invocation.normalized_arguments,
+            "reason": known.edit_reason.get(invocation.pk, "")}
+
+
+def _interim_message(invocation: Invocation, kind: str, fmt: str, known: _Known) -> bytes:
     """Deterministic bytes (no clock inside), so the message served and the one recorded with
     the model call that carried it are the same bytes."""
     commit = "unknown" if kind == ModelCallMessage.Kind.OUTCOME_UNKNOWN else "not_applicable"
     encoded = encode_result(
         ToolResult(status="unknown", error={"code": str(kind), "message": INTERIM[kind]}, commit_status=commit),
         policy=result_policy(invocation), invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
-        edited_by_approver=edit_notice(invocation),
+        edited_by_approver=_edit_notice(invocation, known),
     )
-    return message_bytes(render(fmt, encoded, tool_call_id=answered_tool_call_id(invocation), is_error=True))
+    return message_bytes(render(fmt, encoded, tool_call_id=known.call_id[invocation.pk], is_error=True))
 
 
 def current_message(*, invocation: Invocation, fmt: str) -> tuple[str, bytes] | None:
@@ -136,24 +197,29 @@ def current_message(*, invocation: Invocation, fmt: str) -> tuple[str, bytes] | 
     A terminal call without stored messages — one ended before rejections stored theirs, or one
     support resolved after its run had ended, when no model was left to read it — is answered
     with the same encoding from its record, and nothing is stored."""
-    stored = ToolMessage.objects.filter(invocation=invocation, format=fmt).first()
+    return _current(invocation, fmt, _known([invocation], fmt))
+
+
+def _current(invocation: Invocation, fmt: str, known: _Known) -> tuple[str, bytes] | None:
+    stored = known.stored.get(invocation.pk)
     if stored is not None:
-        return ModelCallMessage.Kind.FINAL, bytes(stored.message_bytes)
-    answering = answering_invocation(invocation)
-    if answering.pk != invocation.pk:  # an approver edited the call: the edited call answers the model's id
-        return current_message(invocation=answering, fmt=fmt)
-    if _awaiting_confirmation(invocation):
+        return ModelCallMessage.Kind.FINAL, stored
+    answering = known.replacement.get(invocation.pk)
+    if answering is not None:  # an approver edited the call: the edited call answers the model's id
+        return _current(answering, fmt, known)
+    if invocation.pk in known.awaiting:
         kind = ModelCallMessage.Kind.AWAITING_CONFIRMATION
-        return kind, _interim_message(invocation, kind, fmt)
+        return kind, _interim_message(invocation, kind, fmt, known)
     if invocation.state == State.OUTCOME_UNKNOWN:
         kind = ModelCallMessage.Kind.OUTCOME_UNKNOWN
-        return kind, _interim_message(invocation, kind, fmt)
+        return kind, _interim_message(invocation, kind, fmt, known)
     if invocation.state not in TERMINAL:
         return None
     result = _ending_result(error_code=invocation.error_code, error_message=invocation.error_message,
                             commit_status=invocation.commit_status)
+    encoded = encode(invocation, result, notice=_edit_notice(invocation, known))
     return ModelCallMessage.Kind.FINAL, message_bytes(
-        render(fmt, encode(invocation, result), tool_call_id=answered_tool_call_id(invocation), is_error=True))
+        render(fmt, encoded, tool_call_id=known.call_id[invocation.pk], is_error=True))
 
 
 def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
@@ -169,10 +235,12 @@ def tool_message(*, invocation: Invocation, fmt: str) -> bytes:
 def carried_message_rows(*, invocations: list[Invocation], fmt: str, model_call) -> list[ModelCallMessage]:
     """What a model call carries in its context, unsaved: for each invocation named there, the
     message it read (final or interim), exactly as served. An invocation with nothing to say
-    yet carries no message."""
+    yet carries no message. The context's rows are read together (``_known``), so the number of
+    queries does not grow with the number of invocations carried."""
+    known = _known(invocations, fmt)
     rows = []
     for invocation in invocations:
-        current = current_message(invocation=invocation, fmt=fmt)
+        current = _current(invocation, fmt, known)
         if current is not None:
             kind, raw = current
             rows.append(ModelCallMessage(model_call=model_call, invocation=invocation, format=fmt, kind=kind,

@@ -297,9 +297,10 @@ GRANT_VALUE_FIELDS = ["capability", "tenant", "subject", "scope_kind", "scope_va
                       "approval_policy"]
 
 APPROVAL_POLICY_HELP = (
-    'JSON object, {} for none. Amounts in minor units (1000 = 10.00 EUR), tiers in increasing order, up_to inclusive; '
+    'JSON object, {} for none. Thresholds name their "currency"; amounts are its minor units (1000 = 10.00 EUR), a '
+    'call in another currency is denied. Tiers in increasing order, up_to inclusive; '
     'the first tier that fits the amount decides, a last tier without up_to takes the rest, an amount above every tier '
-    'is denied. E.g. {"thresholds": [{"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm"}, '
+    'is denied. E.g. {"currency": "EUR", "thresholds": [{"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm"}, '
     '{"effect": "confirm", "approvals": 2}], "escalate_after_seconds": 600, "escalation_group": "payments-leads"}. '
     '"approvals": N alone sets the quorum of a confirm grant. The escalation group is a Django group; it is told '
     'when nobody decided in time (expiry still denies).'
@@ -315,7 +316,9 @@ class GrantAddForm(forms.ModelForm):
         help_texts = {
             "subject": "empty: every subject of the tenant",
             "scope_values": 'JSON list, e.g. ["primary"]; [] with scope kind "any"',
-            "limits": 'JSON object, e.g. {"calls_per_minute": 5, "max_amount_per_call": 10000}',
+            "limits": ('JSON object, e.g. {"calls_per_minute": 5, "currency": "EUR", "max_amount_per_call": 10000}: amount '
+                       'limits name their currency and are minor units of it (10000 = 100.00 EUR); a call in another '
+                       'currency is not covered'),
             "tool_refs": 'JSON list of "name@version"; [] pins the published versions that need this capability now',
             "reason": "required: why this grant exists (kept in the audit log)",
             "approval_policy": APPROVAL_POLICY_HELP,

@@ -153,7 +153,9 @@ DEMO_TOOLSPECS: list[dict] = [
 DEMO_GRANTS = [
     ("weather.read", "read", "any", [], "allow", {"calls_per_minute": 60}),
     ("calendar.write", "create", "exact", ["primary", "work"], "allow", {}),
-    ("payments.transfer", "create", "any", [], "confirm", {"max_amount_per_call": 50_000}),
+    # Amount limits name their currency (a call in another one is not covered): one grant per currency.
+    ("payments.transfer", "create", "any", [], "confirm", {"currency": "EUR", "max_amount_per_call": 50_000}),
+    ("payments.transfer", "create", "any", [], "confirm", {"currency": "USD", "max_amount_per_call": 50_000}),
     ("web.read", "read", "url_prefix", ["{base}/web/pages/"], "allow", {}),
 ]
 
@@ -196,7 +198,8 @@ def load_demo(*, token: str | None = None, admin_password: str | None = None, ad
     for name, op, scope_kind, scope_values, effect, limits in DEMO_GRANTS:
         capability, _ = Capability.objects.get_or_create(name=name, defaults={"operation_class": op})
         _retire_outdated_demo_grant(tenant, subject, capability, scope_kind, demo_scope_values(scope_values))
-        if not Grant.objects.filter(tenant=tenant, subject=subject, capability=capability, revoked_at__isnull=True).exists():
+        live = Grant.objects.filter(tenant=tenant, subject=subject, capability=capability, revoked_at__isnull=True)
+        if not live.filter(limits=limits).exists() and not (limits.get("currency") is None and live.exists()):
             Grant.objects.create(
                 capability=capability, tenant=tenant, subject=subject, scope_kind=scope_kind,
                 scope_values=demo_scope_values(scope_values),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
@@ -125,14 +126,16 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
               "AND (subject_id IS NULL OR subject_id = %s)",
         params=[("tenant", tenant.pk), *(("capability", cid) for cid in by_id), ("subject", subject.pk)],
     )
-    snapshots = []
+    snapshots, legacy = [], settings.TOOLOPS_LEGACY_AMOUNT_CURRENCY
     for grant_id, capability_id, subject_id, scope_kind, scope_values, effect, tool_refs, limits, expires_at, policy in rows:
         name, operation_class = by_id[capability_id]
         snapshots.append(GrantSnapshot(
             grant_id=str(grant_id), capability=name, operation_class=operation_class, tenant=tenant.slug,
             subject_id=str(subject_id) if subject_id else None, scope_kind=scope_kind, scope_values=tuple(scope_values or ()),
-            effect=effect, tool_refs=tuple(tool_refs or ()), limits=Limits.from_dict(limits), expires_at=expires_at, revoked_at=None,
-            policy=ApprovalPolicy.from_dict(policy),
+            effect=effect, tool_refs=tuple(tool_refs or ()), expires_at=expires_at, revoked_at=None,
+            # a row saved before money limits had a currency is read in the legacy one (README "Grants")
+            limits=Limits.from_dict(limits, legacy_currency=legacy),
+            policy=ApprovalPolicy.from_dict(policy, legacy_currency=legacy),
         ))
     return snapshots
 

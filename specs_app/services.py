@@ -69,9 +69,12 @@ def toolspec_check(*, spec: ToolSpec) -> str:
             raise ValidationError(f"{field}: {exc}") from exc
     _check_cost(spec.executor if isinstance(spec.executor, dict) else {})
     try:
-        ApprovalPolicy.from_dict((spec.confirmation_policy or {}).get("approval") if isinstance(spec.confirmation_policy, dict) else None)
+        spec_policy = ApprovalPolicy.from_dict(
+            (spec.confirmation_policy or {}).get("approval") if isinstance(spec.confirmation_policy, dict) else None)
     except PolicyError as exc:
         raise ValidationError(f"confirmation_policy.approval: {exc}") from exc
+    if spec_policy is not None and spec_policy.thresholds and spec_policy.currency is None:
+        raise ValidationError(f"confirmation_policy.approval: {MISSING_POLICY_CURRENCY}")
     follow = (spec.executor or {}).get("follow_redirects", 0) if isinstance(spec.executor, dict) else 0
     if isinstance(follow, bool) or not isinstance(follow, int) or not 0 <= follow <= MAX_REDIRECTS:
         raise ValidationError(f"executor.follow_redirects must be an integer from 0 to {MAX_REDIRECTS}")
@@ -274,12 +277,18 @@ def grant_current_tool_refs(*, capability: Capability, tenant: Tenant) -> list[s
     )
 
 
+MISSING_POLICY_CURRENCY = ('invalid approval policy: thresholds need their currency, e.g. {"currency": "EUR", "thresholds": '
+                           '[...]} (up_to amounts are minor units of it; a call in another currency is denied)')
+
+
 def approval_policy_errors(policy) -> str | None:
     """Why ``policy`` is not a usable approval policy (schema: toolops/runtime/approval_policy.py), or None."""
     try:
         parsed = ApprovalPolicy.from_dict(policy)
     except PolicyError as exc:
         return f"invalid approval policy: {exc}"
+    if parsed is not None and parsed.thresholds and parsed.currency is None:
+        return MISSING_POLICY_CURRENCY
     if parsed is not None and parsed.escalation_group and not Group.objects.filter(name=parsed.escalation_group).exists():
         return f"escalation_group {parsed.escalation_group!r} is not a group: create it under Authentication › Groups first"
     return None
@@ -309,9 +318,13 @@ def grant_validate(*, capability, tenant, subject, scope_kind, scope_values, lim
         errors["limits"] = 'a JSON object, e.g. {"calls_per_minute": 5}'
     else:
         try:
-            Limits.from_dict(limits)
+            parsed = Limits.from_dict(limits)
         except (TypeError, ValueError) as exc:
             errors["limits"] = f"invalid limits: {exc}"
+        else:
+            if parsed.has_money_limits and parsed.currency is None:
+                errors["limits"] = ('amount limits need their currency, e.g. {"currency": "EUR", "max_amount_per_call": 50000} '
+                                    '(minor units of it; a call in another currency is not covered)')
     if effect not in GRANT_EFFECTS:
         errors["effect"] = f"effect must be one of {', '.join(GRANT_EFFECTS)}"
     if not isinstance(tool_refs, list):

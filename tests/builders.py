@@ -183,6 +183,7 @@ def make_grant(
 
 # "payments ≤ 10 EUR auto, ≤ 500 EUR one approver, above that two" (minor units), escalated after 10 min.
 PAYMENTS_POLICY = {
+    "currency": "EUR",
     "thresholds": [{"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm"},
                    {"effect": "confirm", "approvals": 2}],
 }

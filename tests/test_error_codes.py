@@ -181,3 +181,30 @@ def test_the_readme_table_lists_every_code_once_per_surface():
     for part, table in ((api, error_codes.HTTP), (recorded, error_codes.INVOCATION), (console, error_codes.CONSOLE)):
         rows = re.findall(r"^\| `([a-z0-9_]+)` \|", part, flags=re.MULTILINE)
         assert sorted(rows) == sorted(table), sorted(set(rows) ^ set(table))
+
+
+def test_a_code_is_registered_once_even_when_two_surfaces_show_it():
+    """The Approvals API and the console refuse a person's decision with the same codes: each is one
+    ``DECISIONS`` entry (same status, meaning and action) listed in both tables, never two definitions
+    that drift apart; and only those are shared between the people's tables."""
+    shared = set(error_codes.HTTP) & set(error_codes.CONSOLE)
+    assert shared == {c.code for c in error_codes.DECISIONS}
+    for code in ("duplicate_approver", "separation_of_duties"):
+        assert error_codes.HTTP[code] is error_codes.CONSOLE[code]
+    assert all(error_codes.HTTP[c] is error_codes.CONSOLE[c] for c in shared)
+    source = (ROOT / "toolops" / "error_codes.py").read_text(encoding="utf-8")
+    written = re.findall(r'ErrorCode\("([a-z0-9_]+)"', source)
+    tables = {"HTTP": error_codes.HTTP, "INVOCATION": error_codes.INVOCATION, "CONSOLE": error_codes.CONSOLE}
+    # A code written twice in the module must be two different events on two different surfaces.
+    for code in {c for c in written if written.count(c) > 1}:
+        assert code in error_codes.HTTP and code in error_codes.INVOCATION and code not in error_codes.CONSOLE, (
+            code, [name for name, table in tables.items() if code in table])
+
+
+def test_the_readme_rows_of_a_shared_code_say_the_same_in_both_tables():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Error codes"):]
+    section = section[:section.index("\n## ", 1)]
+    for entry in error_codes.DECISIONS:
+        row = f"| `{entry.code}` | {entry.status} | {entry.meaning} | {entry.action} |"
+        assert section.count(row) == 2, row

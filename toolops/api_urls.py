@@ -24,4 +24,6 @@ urlpatterns = [
     path("confirmations/<uuid:confirmation_id>/deny", approvals.ConfirmationDenyView.as_view(), name="confirmation-deny"),
     path("confirmations/<uuid:confirmation_id>/approve-with-edits", approvals.ConfirmationApproveWithEditsView.as_view(),
          name="confirmation-approve-with-edits"),
+    path("standing-approvals/<uuid:standing_id>/revoke", approvals.StandingApprovalRevokeView.as_view(),
+         name="standing-approval-revoke"),
 ]

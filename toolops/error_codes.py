@@ -9,6 +9,12 @@ One table, three surfaces:
   states, never HTTP errors), plus the interim codes of a call still open;
 * ``CONSOLE`` — refusals on the staff pages (decisions by people), listed for completeness.
 
+A code is registered once: a refusal both people's surfaces show — the Approvals API as a problem
+document and the console as a message — is one ``DECISIONS`` entry listed in ``HTTP`` and in
+``CONSOLE`` (same status, meaning and action on both); every other code is in exactly one table,
+except the few whose HTTP problem and recorded outcome are different events (``unknown_tool``,
+``budget_exhausted``, ``rate_limited``, ``digest_mismatch``).
+
 The OpenAPI schema (``toolops.api_schema``), the README table and
 ``tests/test_error_codes.py`` (which scans the source for every code raised) are all checked
 against this module, so the lists cannot drift apart. Pure data; no Django import.
@@ -24,6 +30,18 @@ class ErrorCode(NamedTuple):
     meaning: str
     action: str  # what the client (agent runtime, or person) should do
 
+
+# A person's decision refused the same way by the Approvals API (a problem document) and by the
+# console (a message on the page): one definition each, listed in both tables below. A code is
+# written once in this module; ``tests/test_error_codes.py`` checks it.
+DECISIONS: list[ErrorCode] = [
+    ErrorCode("reason_required", 400, "a denial, an edit or a revocation needs a reason (a denial's is read by the model word for word)", "give a reason"),
+    ErrorCode("edit_rejected", 400, "the edited arguments fail parsing, validation or normalization (`error`)", "fix the edit"),
+    ErrorCode("separation_of_duties", 403, "the run acts for this person (`on_behalf_of`): they may not approve its calls", "ask another approver"),
+    ErrorCode("already_decided", 409, "the confirmation was decided (or expired) meanwhile (`state`)", "nothing to do"),
+    ErrorCode("duplicate_approver", 409, "this person already approved the confirmation; a quorum needs different people", "wait for another approver"),
+    ErrorCode("already_revoked", 409, "the standing approval was revoked meanwhile", "nothing to do"),
+]
 
 HTTP: dict[str, ErrorCode] = {c.code: c for c in [
     ErrorCode("malformed_request", 400, "the body, a query parameter or a header is not what the operation takes (`errors` says which field)", "fix the request; do not retry it unchanged"),
@@ -47,14 +65,10 @@ HTTP: dict[str, ErrorCode] = {c.code: c for c in [
     ErrorCode("no_result", 409, "the invocation has no stored result to page through", "read the tool message instead"),
     ErrorCode("no_binary_result", 409, "the invocation's result is not binary", "read the tool message instead"),
     ErrorCode("transition_conflict", 409, "another writer moved the invocation at the same moment", "re-read the invocation; retry if still meaningful"),
-    # The Approvals API (people with personal tokens; API.md "Approvals API").
-    ErrorCode("reason_required", 400, "a denial (or an edit) needs a reason; the model reads it word for word", "give a reason"),
-    ErrorCode("edit_rejected", 400, "the edited arguments fail parsing, validation or normalization (`error`)", "fix the edit"),
+    # The Approvals API (people with personal tokens; API.md "Approvals API"); its decision
+    # refusals are the shared DECISIONS, added below.
     ErrorCode("edit_not_authorized", 400, "the agent's grants would not allow the edited call (`reasons`); nothing changed", "edit within the grants, or deny"),
-    ErrorCode("separation_of_duties", 403, "the run acts for you (`on_behalf_of`): you may not approve its calls", "ask another approver"),
     ErrorCode("digest_mismatch", 409, "the digest you sent is not the one awaiting approval (`digest`): the arguments changed, nothing approved", "review the call again and approve what you see"),
-    ErrorCode("already_decided", 409, "the confirmation was decided (or expired) meanwhile (`state`)", "nothing to do"),
-    ErrorCode("duplicate_approver", 409, "you already approved this confirmation; a quorum needs different people", "wait for another approver"),
     ErrorCode("result_expired", 410, "the binary result's retention (`TOOLOPS_BINARY_RETENTION_SECONDS`) has passed; its bytes are purged, its media type, size and SHA-256 stay in the record", "call the tool again as a new proposal if still needed"),
     ErrorCode("payload_too_large", 413, "the request body exceeds the size limit", "send less"),
     ErrorCode("too_many_tool_calls", 413, "an OpenAI `tool_calls` batch has more entries than `max_tool_calls`", "split the batch"),
@@ -65,6 +79,7 @@ HTTP: dict[str, ErrorCode] = {c.code: c for c in [
     ErrorCode("rate_limited", 429, "this token sent too many requests (`Retry-After`)", "wait `Retry-After` seconds, then retry"),
     ErrorCode("internal_error", 500, "an unexpected error (the body carries `trace_id`)", "retry later; report the trace id"),
     ErrorCode("service_unavailable", 503, "the database or broker is unavailable (`Retry-After`)", "retry after `Retry-After` seconds"),
+    *DECISIONS,
 ]}
 
 INVOCATION: dict[str, ErrorCode] = {c.code: c for c in [
@@ -101,13 +116,8 @@ INVOCATION: dict[str, ErrorCode] = {c.code: c for c in [
 
 CONSOLE: dict[str, ErrorCode] = {c.code: c for c in [
     ErrorCode("stale_digest", 409, "the digest the person saw is not the call's digest (arguments changed)", "review the new arguments"),
-    ErrorCode("already_decided", 409, "someone else decided this confirmation first", "nothing to do"),
-    ErrorCode("reason_required", 400, "a reason is required for this decision", "give a reason"),
-    ErrorCode("edit_rejected", 400, "the edited arguments fail validation or authorization", "fix the edit"),
-    ErrorCode("duplicate_approver", 409, "the same person approved twice; a quorum needs different people", "ask another approver"),
-    ErrorCode("separation_of_duties", 403, "the run acts for this person, who may not approve its calls", "ask another approver"),
+    *DECISIONS,
     ErrorCode("invalid_standing_approval", 400, "a standing approval's minutes or limits are out of range", "fix the form"),
-    ErrorCode("already_revoked", 409, "the standing approval was revoked meanwhile", "nothing to do"),
     ErrorCode("already_resolved", 409, "the unknown outcome was settled meanwhile", "nothing to do"),
     ErrorCode("resolution_pending", 409, "a resolution is waiting for a second person", "confirm or reject that one"),
     ErrorCode("stale_resolution_proposal", 409, "the resolution proposal changed meanwhile", "review it again"),

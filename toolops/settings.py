@@ -321,6 +321,9 @@ TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
 # TOOLOPS_BINARY_PURGE_BATCH rows per transaction, and the URL answers 410 result_expired.
 TOOLOPS_BINARY_RETENTION_SECONDS = env_int("TOOLOPS_BINARY_RETENTION_SECONDS", 86400)
 TOOLOPS_BINARY_PURGE_BATCH = env_int("TOOLOPS_BINARY_PURGE_BATCH", 500)
+# The currency of grant amount limits and approval-policy thresholds saved before they named one
+# (README "Amount limits carry their currency"); new ones must name theirs.
+TOOLOPS_LEGACY_AMOUNT_CURRENCY = os.environ.get("TOOLOPS_LEGACY_AMOUNT_CURRENCY", "EUR").strip().upper()
 # Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
 TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
 # Seconds a web process remembers a verified live API token (by its SHA-256) instead of reading it

@@ -19,7 +19,7 @@ from datetime import datetime
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.http import Http404
-from django.db.models import Count, Min, Prefetch, QuerySet
+from django.db.models import Count, Min, Prefetch, Q, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
@@ -333,6 +333,8 @@ class CallRecord:
     edits: list[Invocation] = field(default_factory=list)
     replays: list[Proposal] = field(default_factory=list)
     pending: PendingResolution | None = None
+    # standing approvals this call granted or was covered by, with their revocation (who, when, why)
+    standing: list[StandingApproval] = field(default_factory=list)
 
     @property
     def resolution_events(self) -> list[Event]:
@@ -371,13 +373,25 @@ def invocation_record(*, invocation: Invocation) -> CallRecord:
     ) if inv.idempotency_key else []
     edits = list(Invocation.objects.filter(edited_from=inv).order_by("created_at"))
     replays = list(Proposal.objects.filter(replay_of=inv).select_related("model_call").defer("arguments_bytes").order_by("received_at"))
-    return CallRecord(
+    return CallRecord(standing=_standing_on_record(inv, events),
         invocation=inv, seen_tool=seen, visible_refs=[t.tool_ref for t in tools], proposal=inv.proposal,
         raw=Bytes(bytes(inv.proposal.arguments_bytes)), grants=grants, confirmations=confirmations, attempts=attempts,
         events=events, messages=messages, later_model_calls=model_calls_including(invocation=inv), same_key=same_key,
         edits=edits, replays=replays,
         pending=pending_resolution(invocation=inv, events=events) if inv.state == State.OUTCOME_UNKNOWN else None,
     )
+
+
+def _standing_on_record(inv: Invocation, events: list[Event]) -> list[StandingApproval]:
+    """The standing approvals granted from this call or covering it (one query, only when its
+    events name one), revoked or not."""
+    if not any(e.kind in ("standing_approval_granted", "standing_approval_applied") for e in events):
+        return []
+    mine = Q(from_confirmation__invocation=inv)
+    covering = ((inv.authorization or {}).get("standing_approval") or {}).get("id")
+    if covering:
+        mine |= Q(pk=covering)
+    return list(StandingApproval.objects.filter(mine).select_related("granted_by", "revoked_by").order_by("created_at"))
 
 
 def _grant_ids(authorization: dict) -> list[str]:

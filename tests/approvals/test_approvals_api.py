@@ -173,3 +173,27 @@ def test_the_pending_list_costs_the_same_queries_for_one_or_many(ann, agent, pen
     with CaptureQueriesContext(connection) as four:
         assert ann.get("/api/v1/confirmations").json()["count"] == 4
     assert len(four.captured_queries) == len(one.captured_queries), [q["sql"][:120] for q in four.captured_queries]
+
+
+def test_a_standing_approval_is_revoked_over_the_api_only_with_a_reason(ann, stranger, pending):
+    from django.contrib.auth.models import User
+
+    from invocations_app.models import Event, StandingApproval
+    from invocations_app.standing_approvals import standing_approval_grant
+
+    standing = standing_approval_grant(confirmation=pending, user=User.objects.get(username="ann"), minutes=30,
+                                       max_amount=None, max_calls=None, reason="the day's bookings")
+    url = f"/api/v1/standing-approvals/{standing.pk}/revoke"
+    refused = stranger.post(url, {"reason": "not mine"})
+    assert refused.status_code == 403 and refused.json()["code"] == "forbidden"
+    blank = ann.post(url, {"reason": "  "})
+    assert blank.status_code == 400 and blank.json()["code"] == "reason_required"
+    assert blank["Content-Type"].startswith("application/problem+json")
+    assert StandingApproval.objects.get(pk=standing.pk).revoked_at is None
+
+    done = ann.post(url, {"reason": "bookings closed"})
+    assert done.status_code == 200, done.content
+    assert done.json()["revoke_reason"] == "bookings closed" and done.json()["revoked_by"] == "ann"
+    assert Event.objects.get(kind="standing_approval_revoked").data["reason"] == "bookings closed"
+    again = ann.post(url, {"reason": "twice"})
+    assert again.status_code == 409 and again.json()["code"] == "already_revoked"

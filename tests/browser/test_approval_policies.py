@@ -106,8 +106,10 @@ def test_a_standing_approval_covers_the_next_in_limit_call_and_not_an_over_limit
     expect(page.locator(f"[data-confirmation-id='{Confirmation.objects.get(invocation=over).pk}']")).to_have_count(1)
     page.goto(detail_url(live_server, confirmation))
     expect(page.get_by_test_id("standing-covered")).to_have_text("1")
+    page.get_by_test_id("standing-revoke-reason").fill("the supplier batch is done")
     page.get_by_test_id("standing-revoke").click()
     expect(page.locator(".messagelist .success")).to_contain_text("covers no further call")
+    expect(page.get_by_test_id("standing-revoked")).to_contain_text("the supplier batch is done")
     assert run.propose(payment_args(1500)).state == "AUTHORIZED"
     assert Event.objects.filter(kind="standing_approval_revoked", data__standing_approval_id__isnull=False).count() == 1
     page.screenshot(path=str(SCREENSHOT), full_page=True)

@@ -27,6 +27,7 @@ from tests.builders import (
     make_subject, make_tenant, payment_args,
 )
 from tests.conftest import require_postgres
+from toolops.errors import ApplicationError
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +85,7 @@ def test_it_denies_an_amount_above_the_highest_closed_tier(finance, payments):
 
 
 def test_the_toolspecs_policy_applies_to_grants_without_one():
-    spec = make_payments_spec(confirmation_policy={"expires_seconds": 900, "approval": {
+    spec = make_payments_spec(confirmation_policy={"expires_seconds": 900, "approval": {"currency": "EUR",
         "thresholds": [{"up_to": 100, "effect": "allow"}, {"effect": "confirm", "approvals": 3}]}})
     subject = make_subject()
     make_grant(subject=subject, capability="payments.transfer", operation_class="create")
@@ -262,6 +263,49 @@ def test_a_standing_approval_is_scoped_to_its_run_counted_and_revocable(run, fin
     assert standing.calls_covered == 1
 
 
+def test_revoking_a_standing_approval_needs_a_reason_and_keeps_it(run):
+    bob = make_staff(username="bob")
+    standing = standing_approval_grant(confirmation=pending(run.propose(payment_args(2000))), user=bob, minutes=30,
+                                       max_amount=None, max_calls=None, reason="batch")
+    for blank in ("", "   "):
+        with pytest.raises(ApplicationError, match="reason is required") as refused:
+            standing_approval_revoke(standing=standing, user=bob, reason=blank)
+        assert refused.value.code == "reason_required"
+    standing.refresh_from_db()
+    assert standing.revoked_at is None and not Event.objects.filter(kind="standing_approval_revoked").exists()
+    assert run.propose(payment_args(2000)).state == "PREPARED"  # still covering calls
+
+    standing_approval_revoke(standing=standing, user=bob, reason="  supplier disputed the invoice ")
+    standing.refresh_from_db()
+    assert standing.revoke_reason == "supplier disputed the invoice" and standing.revoked_by == bob
+    assert Event.objects.get(kind="standing_approval_revoked").data["reason"] == "supplier disputed the invoice"
+
+
+def test_the_console_revokes_only_with_a_reason_and_shows_it_on_the_pages(client, run):
+    boss = make_staff(username="boss", superuser=True)
+    client.force_login(boss)
+    granted_from = run.propose(payment_args(2000))
+    confirmation = pending(granted_from)
+    standing = standing_approval_grant(confirmation=confirmation, user=boss, minutes=30, max_amount=None, max_calls=None,
+                                       reason="batch")
+    covered = run.propose(payment_args(2500))
+    detail = f"/console/confirmations/{confirmation.pk}/"
+    assert 'data-testid="standing-revoke-reason"' in client.get(detail).content.decode()
+
+    resp = client.post(f"/console/confirmations/standing/{standing.pk}/revoke", {"next": detail}, follow=True)
+    assert "Not revoked: a reason is required" in resp.content.decode()
+    standing.refresh_from_db()
+    assert standing.revoked_at is None
+
+    client.post(f"/console/confirmations/standing/{standing.pk}/revoke", {"next": detail, "reason": "invoice disputed"})
+    standing.refresh_from_db()
+    assert standing.revoked_at is not None and standing.revoke_reason == "invoice disputed"
+    assert "revoked by boss: “invoice disputed”" in client.get(detail).content.decode()
+    for call in (granted_from, covered):  # the record of the call it came from, and of a call it covered
+        page = client.get(f"/console/calls/{call.pk}/").content.decode()
+        assert 'data-testid="record-standing-revoked"' in page and "“invoice disputed”" in page, call
+
+
 def test_a_standing_approval_needs_a_reason_and_a_single_approver_call(run):
     bob = make_staff(username="bob")
     with pytest.raises(Exception, match="reason is required"):
@@ -295,7 +339,7 @@ def test_grant_create_stores_the_normalized_policy_and_audits_it(payments):
     admin = make_staff(username="root", superuser=True)
     grant = grant_create(user=admin, reason="finance", **_grant_values(approval_policy={**PAYMENTS_POLICY, "approvals": 1}))
     # Normalized: the default quorum is left out, every confirm tier states its quorum.
-    assert grant.approval_policy == {"thresholds": [
+    assert grant.approval_policy == {"currency": "EUR", "thresholds": [
         {"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm", "approvals": 1},
         {"effect": "confirm", "approvals": 2}]}
     assert grant.changes.get().data["approval_policy"] == grant.approval_policy

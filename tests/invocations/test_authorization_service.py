@@ -337,7 +337,7 @@ def payments(db):
 @pytest.mark.parametrize(("amount", "state"), [("100.00", "AUTHORIZED"), ("100", "AUTHORIZED"), ("0.01", "AUTHORIZED")])
 def test_it_allows_amounts_up_to_the_per_call_limit(payments, amount, state):
     agent = new_agent()
-    make_grant(subject=agent.subject, capability="payments.transfer", operation_class="create", limits={"max_amount_per_call": 10000})
+    make_grant(subject=agent.subject, capability="payments.transfer", operation_class="create", limits={"currency": "USD", "max_amount_per_call": 10000})
     inv = _payments(agent, amount)
     assert inv["state"] == state
     assert inv["authorization"]["decision"] == "confirm"  # the demo tool always asks a human
@@ -345,7 +345,7 @@ def test_it_allows_amounts_up_to_the_per_call_limit(payments, amount, state):
 
 def test_it_denies_one_minor_unit_over_the_per_call_limit(payments):
     agent = new_agent()
-    make_grant(subject=agent.subject, capability="payments.transfer", operation_class="create", limits={"max_amount_per_call": 10000})
+    make_grant(subject=agent.subject, capability="payments.transfer", operation_class="create", limits={"currency": "USD", "max_amount_per_call": 10000})
     inv = _payments(agent, "100.01")
     assert inv["normalized_arguments"]["amount"] == {"amount_minor": 10001, "currency": "USD"}
     assert inv["state"] == "AUTHORIZATION_REJECTED"

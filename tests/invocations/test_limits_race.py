@@ -55,7 +55,7 @@ def spend_tool(*, capabilities=(("ledger.spend", "/account", "/amount_minor"),))
     declared = []
     for name, resource, amount in capabilities:
         make_capability(name=name, operation_class="create")
-        declared.append({"capability": name, "resource_pointer": resource, "amount_pointer": amount})
+        declared.append({"capability": name, "resource_pointer": resource, "amount_pointer": amount, "currency": "EUR"})
     return make_toolspec(
         name="ledger.spend",
         schema={

@@ -54,10 +54,10 @@ def test_it_names_the_zone_of_a_time_only_when_the_offset_is_that_zones():
     assert start == "2026-07-20 09:00 +08:00 (Asia/Shanghai)"
 
 
-def test_it_states_why_with_the_grant_limit_in_the_calls_units():
+def test_it_states_why_with_the_grant_limit_in_its_own_currency():
     authorization = {"decision": "confirm", "capabilities": [{
         "grant_id": "fb4296b8-59b1-4aef-9c10-9af6bb4fe559", "capability": "payments.transfer", "scope_kind": "any",
-        "scope_values": [], "effect": "confirm", "limits": {"max_amount_per_call": 50_000}}]}
+        "scope_values": [], "effect": "confirm", "limits": {"currency": "EUR", "max_amount_per_call": 50_000}}]}
     why = words.why_display(authorization=authorization, confirmation_policy=PAYMENT["confirmation_policy"], currency="EUR")
     assert why["grants"][0]["limits"] == ["max 500.00 EUR per call"]
     assert "grant fb4296b8 on payments.transfer (any resource) requires a person's confirmation; max 500.00 EUR per call" in why["reasons"]
@@ -69,8 +69,35 @@ def test_it_words_every_limit_kind():
     assert words.limits_display({"max_amount_per_window": 200_000, "amount_window_seconds": 86400, "calls_per_minute": 5,
                                  "calls_per_run": 3, "time_range_min_seconds": 0, "time_range_max_seconds": 604800},
                                 currency="USD") == [
-        "max 2,000.00 USD per 1 d", "at most 5 calls a minute", "at most 3 calls per run", "times between now and now + 7 d"]
-    assert words.limits_display({"max_amount_per_call": 100}, currency=None) == ["max 100 minor units per call"]
+        "max 2,000.00 USD (no currency stated: read in the call's) per 1 d", "at most 5 calls a minute",
+        "at most 3 calls per run", "times between now and now + 7 d"]
+    assert words.limits_display({"max_amount_per_call": 100}, currency=None) == ["max 100 minor units (no currency stated) per call"]
+
+
+def test_an_amount_limit_is_shown_in_its_currency_whatever_the_call_is_in():
+    """50000 minor units of JPY are 50,000 JPY, not 500.00 EUR: the limit's currency decides the
+    words, and a call in another currency is told it is not covered."""
+    assert words.limits_display({"currency": "JPY", "max_amount_per_call": 50_000}, currency="JPY") == ["max 50,000 JPY per call"]
+    assert words.limits_display({"currency": "EUR", "max_amount_per_call": 50_000}, currency="USD") == [
+        "max 500.00 EUR per call", "in EUR: this call is in USD, so these amounts cannot cover it"]
+
+
+def test_it_words_an_approval_policy_in_major_units_of_its_currency():
+    policy = {"currency": "EUR", "thresholds": [{"up_to": 1000, "effect": "allow"},
+                                                {"up_to": 50000, "effect": "confirm", "approvals": 1},
+                                                {"effect": "confirm", "approvals": 2}]}
+    assert words.policy_display(policy, currency="EUR") == [
+        "up to 10.00 EUR: runs without a person", "up to 500.00 EUR: 1 approver(s)", "above 500.00 EUR: 2 approver(s)"]
+    capped = {"currency": "KWD", "thresholds": [{"up_to": 1500, "effect": "confirm"}]}
+    assert words.policy_display(capped, currency="EUR") == [
+        "up to 1.500 KWD: 1 approver(s)", "above 1.500 KWD: denied",
+        "in KWD: this call is in EUR, so these amounts cannot cover it"]
+    authorization = {"decision": "confirm", "capabilities": [{
+        "grant_id": "fb4296b8", "capability": "payments.transfer", "scope_kind": "any", "scope_values": [],
+        "effect": "confirm", "limits": {}, "approval_policy": policy}]}
+    why = words.why_display(authorization=authorization, confirmation_policy=None, currency="EUR")
+    assert why["grants"][0]["policy"][0] == "up to 10.00 EUR: runs without a person"
+    assert "policy: up to 10.00 EUR" in why["text"] and "50000" not in why["text"]
 
 
 @pytest.mark.parametrize("side_effect_class, effect, undo", [

@@ -14,8 +14,11 @@ name:
   "date"`` (for tools whose values arrive already explicit); money annotated so is the
   ``{"amount_minor", "currency"}`` object.
 
-Grant amount limits are minor units of the call's own currency (``toolops.runtime.authorization``
-compares minor units), so they are shown in that currency: ``max 500.00 EUR per call``.
+Grant amount limits and approval-policy thresholds name their currency (``"currency": "EUR"``
+beside the minor-unit amounts) and are shown in it: ``max 500.00 EUR per call``, ``up to 10.00
+EUR: runs without a person``. When the call is in another currency the line says so (the grant
+cannot cover it). A record written before limits had a currency is shown in the call's currency,
+marked as such.
 """
 from __future__ import annotations
 
@@ -178,12 +181,29 @@ def _duration(seconds: int) -> str:
     return f"{seconds} s"
 
 
+def _amount_words(minor: int, own: str | None, call: str | None) -> str:
+    """An amount limit in major units of its own currency (else, for an old record, the call's)."""
+    if own:
+        return format_money(minor, own)
+    if call:
+        return f"{format_money(minor, call)} (no currency stated: read in the call's)"
+    return f"{minor:,} minor units (no currency stated)"
+
+
+def _other_currency(own: str | None, call: str | None) -> list[str]:
+    if own and call and own != call:
+        return [f"in {own}: this call is in {call}, so these amounts cannot cover it"]
+    return []
+
+
 def limits_display(limits: Mapping | None, *, currency: str | None) -> list[str]:
-    """A grant's limits in words and in the call's units: ``max 500.00 EUR per call``."""
+    """A grant's limits in words, amounts in major units of the limits' own currency:
+    ``max 500.00 EUR per call``; ``currency`` is the call's."""
     limits = limits or {}
+    own = limits.get("currency")
 
     def amount(minor: int) -> str:
-        return format_money(minor, currency) if currency else f"{minor:,} minor units"
+        return _amount_words(minor, own, currency)
 
     out = []
     if limits.get("max_amount_per_call") is not None:
@@ -197,6 +217,33 @@ def limits_display(limits: Mapping | None, *, currency: str | None) -> list[str]
     lo, hi = limits.get("time_range_min_seconds"), limits.get("time_range_max_seconds")
     if lo is not None or hi is not None:
         out.append("times between " + _relative(lo, "any time") + " and " + _relative(hi, "any time"))
+    if limits.get("max_amount_per_call") is not None or limits.get("max_amount_per_window") is not None:
+        out += _other_currency(own, currency)
+    return out
+
+
+_TIER_WORDS = {"allow": "runs without a person", "deny": "denied"}
+
+
+def policy_display(policy: Mapping | None, *, currency: str | None) -> list[str]:
+    """An approval policy's thresholds in words, in major units of the policy's currency:
+    ``up to 10.00 EUR: runs without a person``, ``above 500.00 EUR: 2 approvers``."""
+    policy = policy or {}
+    own = policy.get("currency")
+    out, below = [], None
+    for tier in policy.get("thresholds") or []:
+        effect = tier.get("effect", "")
+        words = _TIER_WORDS.get(effect) or f"{tier.get('approvals', 1)} approver(s)"
+        if tier.get("up_to") is not None:
+            out.append(f"up to {_amount_words(tier['up_to'], own, currency)}: {words}")
+            below = tier["up_to"]
+        else:
+            out.append(f"above {_amount_words(below, own, currency)}: {words}" if below is not None else f"any amount: {words}")
+    if out:
+        top = policy["thresholds"][-1]
+        if top.get("up_to") is not None:
+            out.append(f"above {_amount_words(top['up_to'], own, currency)}: denied")
+        out += _other_currency(own, currency)
     return out
 
 
@@ -220,19 +267,21 @@ def why_display(*, authorization: Mapping | None, confirmation_policy: Mapping |
     call's units) and/or the ToolSpec's own rule.
 
     ``{"decision", "text", "grants": [{"grant_id", "capability", "effect", "scope", "limits",
-    "text"}], "tool_rule"}``.
+    "policy", "text"}], "tool_rule"}``.
     """
     authorization = authorization or {}
     grants = []
     for g in authorization.get("capabilities") or []:
         limits = limits_display(g.get("limits"), currency=currency)
+        policy = policy_display(g.get("approval_policy"), currency=currency)
         scope = scope_display(g.get("scope_kind", ""), g.get("scope_values"))
         effect = g.get("effect", "")
         verb = "requires a person's confirmation" if effect == "confirm" else "allows it"
         text = f"grant {str(g.get('grant_id', ''))[:8]} on {g.get('capability', '')} ({scope}) {verb}"
         text += f"; {', '.join(limits)}" if limits else ""
+        text += f"; policy: {', '.join(policy)}" if policy else ""
         grants.append({"grant_id": g.get("grant_id"), "capability": g.get("capability"), "effect": effect,
-                       "scope": scope, "limits": limits, "text": text})
+                       "scope": scope, "limits": limits, "policy": policy, "text": text})
     tool_rule = ""
     if (confirmation_policy or {}).get("required"):
         tool_rule = "the tool's ToolSpec requires a person to confirm every call"

@@ -5,15 +5,20 @@ A policy sits on a grant (``Grant.approval_policy``) or, for grants without one,
 ``ApprovalPolicy.from_dict`` (unknown keys, wrong types and unordered tiers are errors — a typo
 must never silently drop a rule)::
 
-    {"thresholds": [{"up_to": 1000, "effect": "allow"},
-                    {"up_to": 50000, "effect": "confirm", "approvals": 1},
-                    {"effect": "confirm", "approvals": 2}],
+    {"currency": "EUR",
+     "thresholds": [{"up_to": 1000, "effect": "allow"},
+                     {"up_to": 50000, "effect": "confirm", "approvals": 1},
+                     {"effect": "confirm", "approvals": 2}],
      "escalate_after_seconds": 600, "escalation_group": "payments-leads"}
 
 Rules:
 
-* ``thresholds`` are tiers over the requirement's amount in **minor units** (the ToolSpec's
-  ``amount_pointer`` into the normalized arguments, as for grant limits). The first tier whose
+* ``thresholds`` are tiers over the requirement's amount in **minor units of the policy's
+  ``currency``** (required with thresholds; the amount is the ToolSpec's ``amount_pointer`` into
+  the normalized arguments, as for grant limits). A call in another currency, or of unknown
+  currency, is denied (``policy_currency_mismatch`` / ``policy_currency_unknown``): amounts of
+  two currencies are never compared. A policy stored before policies had a currency is read
+  with the shell's legacy currency (``from_dict(legacy_currency=...)``). The first tier whose
   ``up_to`` is >= the amount applies — ``up_to`` is inclusive, so 1000 (10.00 EUR) is still
   ``allow`` and 1001 is ``confirm``. A last tier without ``up_to`` takes everything above; with
   none, an amount above the highest ``up_to`` is denied (``policy_denied``). A ``deny`` tier denies.
@@ -31,15 +36,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from .normalizers import MINOR_UNITS
+
 TIER_EFFECTS = ("allow", "confirm", "deny")
 MAX_APPROVALS = 10
-POLICY_KEYS = ("thresholds", "approvals", "escalate_after_seconds", "escalation_group")
+POLICY_KEYS = ("currency", "thresholds", "approvals", "escalate_after_seconds", "escalation_group")
 TIER_KEYS = ("up_to", "effect", "approvals")
 
 # Reason codes (stored in events and authorization records).
 POLICY_TIER = "policy_tier"
 POLICY_DENIED = "policy_denied"
 POLICY_AMOUNT_UNKNOWN = "policy_amount_unknown"
+POLICY_CURRENCY_MISMATCH = "policy_currency_mismatch"
+POLICY_CURRENCY_UNKNOWN = "policy_currency_unknown"
 
 
 class PolicyError(ValueError):
@@ -87,10 +96,13 @@ class ApprovalPolicy:
     approvals: int = 1  # quorum when the grant's own effect is ``confirm`` and no tier says otherwise
     escalate_after_seconds: int | None = None
     escalation_group: str | None = None
+    currency: str | None = None  # of the thresholds; None only for a policy stored before it had one
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "ApprovalPolicy | None":
-        """Parse stored JSON; ``None`` / ``{}`` means "no policy". Raises ``PolicyError``."""
+    def from_dict(cls, data: Mapping[str, Any] | None, *, legacy_currency: str | None = None) -> "ApprovalPolicy | None":
+        """Parse stored JSON; ``None`` / ``{}`` means "no policy". Raises ``PolicyError``.
+
+        ``legacy_currency``: the thresholds' currency when the stored policy names none."""
         if data is None or data == {}:
             return None
         if not isinstance(data, Mapping):
@@ -110,13 +122,21 @@ class ApprovalPolicy:
             raise PolicyError("escalation_group must be a non-empty group name")
         if (escalate is None) != (group is None):
             raise PolicyError("escalate_after_seconds and escalation_group go together")
+        currency = data.get("currency")
+        if currency is not None and currency not in MINOR_UNITS:
+            raise PolicyError(f"currency must be an ISO 4217 code ToolOps knows ({', '.join(sorted(MINOR_UNITS))})")
+        if currency is not None and not tiers:
+            raise PolicyError("currency goes with thresholds (it is the currency of their up_to amounts)")
         return cls(
             thresholds=tiers, approvals=_approvals(data.get("approvals", 1), "approvals"),
             escalate_after_seconds=escalate, escalation_group=group.strip() if group else None,
+            currency=currency if currency is not None else (legacy_currency if tiers else None),
         )
 
     def to_dict(self) -> dict:
         out: dict[str, Any] = {}
+        if self.currency is not None:
+            out["currency"] = self.currency
         if self.thresholds:
             out["thresholds"] = [t.to_dict() for t in self.thresholds]
         if self.approvals != 1:
@@ -165,8 +185,10 @@ class PolicyOutcome:
     message: str
 
 
-def apply_policy(policy: ApprovalPolicy | None, *, grant_effect: str, amount: int | None) -> PolicyOutcome:
-    """The effect of a matched grant once its policy has seen the call's amount (minor units)."""
+def apply_policy(policy: ApprovalPolicy | None, *, grant_effect: str, amount: int | None,
+                 currency: str | None = None) -> PolicyOutcome:
+    """The effect of a matched grant once its policy has seen the call's amount (minor units of
+    ``currency``)."""
     if policy is None:
         return PolicyOutcome(grant_effect, 1 if grant_effect == "confirm" else 0, None, "")
     if not policy.thresholds:
@@ -174,6 +196,12 @@ def apply_policy(policy: ApprovalPolicy | None, *, grant_effect: str, amount: in
         return PolicyOutcome(grant_effect, approvals, None, "")
     if amount is None:
         return PolicyOutcome("deny", 0, POLICY_AMOUNT_UNKNOWN, "the approval policy has amount thresholds but the call states no amount")
+    if policy.currency is not None and currency is None:
+        return PolicyOutcome("deny", 0, POLICY_CURRENCY_UNKNOWN,
+                             f"the approval policy's thresholds are in {policy.currency} but the call's currency is not known")
+    if policy.currency is not None and currency != policy.currency:
+        return PolicyOutcome("deny", 0, POLICY_CURRENCY_MISMATCH,
+                             f"the call is in {currency}; the approval policy's thresholds are in {policy.currency}")
     for tier in policy.thresholds:
         if tier.covers(amount):
             bound = "no upper bound" if tier.up_to is None else f"up to {tier.up_to}"

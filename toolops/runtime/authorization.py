@@ -43,6 +43,7 @@ from typing import Any, Mapping, Sequence
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from .approval_policy import ApprovalPolicy, Escalation, apply_policy, earliest_escalation
+from .normalizers import MINOR_UNITS
 
 OPERATION_CLASSES = ("read", "create", "modify", "delete")
 SCOPE_KINDS = ("any", "exact", "path_prefix", "domain_suffix", "glob", "url_prefix")
@@ -64,6 +65,8 @@ INVALID_SCOPE = "invalid_scope"
 AMOUNT_UNKNOWN = "amount_unknown"
 AMOUNT_OVER_CALL_LIMIT = "amount_over_call_limit"
 AMOUNT_OVER_WINDOW_LIMIT = "amount_over_window_limit"
+AMOUNT_CURRENCY_MISMATCH = "amount_currency_mismatch"
+AMOUNT_CURRENCY_UNKNOWN = "amount_currency_unknown"
 RATE_LIMITED = "rate_limited"
 RUN_CALL_LIMIT = "run_call_limit"
 TIME_OUT_OF_RANGE = "time_out_of_range"
@@ -96,9 +99,19 @@ def _iso(value: datetime | None) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
+MONEY_LIMITS = ("max_amount_per_call", "max_amount_per_window")
+
+
 @dataclass(frozen=True)
 class Limits:
-    """Per-grant limits; ``None`` means "no limit". Amounts are in minor currency units.
+    """Per-grant limits; ``None`` means "no limit". Amounts are in minor units of ``currency``.
+
+    Money limits carry their currency: ``{"currency": "EUR", "max_amount_per_call": 50000}`` is
+    500.00 EUR a call. A call in another currency, or one whose currency is not known, is not
+    covered (``amount_currency_mismatch`` / ``amount_currency_unknown``): amounts of different
+    currencies are never compared. ``currency`` is None only in records and rows written before
+    limits had one; the shell reads such a row with its legacy currency (``from_dict``), and a
+    stored record without one is re-checked as it was decided (no currency check).
 
     ``amount_window_seconds`` only describes the window the caller sums ``Usage.amount_in_window``
     over; it is required together with ``max_amount_per_window`` so the two can't drift apart.
@@ -112,9 +125,12 @@ class Limits:
     calls_per_run: int | None = None
     time_range_min_seconds: int | None = None
     time_range_max_seconds: int | None = None
+    currency: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            if f.name == "currency":
+                continue
             value = getattr(self, f.name)
             # bool is an int subclass; True as a limit is a bug, not "1".
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
@@ -128,14 +144,28 @@ class Limits:
         lo, hi = self.time_range_min_seconds, self.time_range_max_seconds
         if lo is not None and hi is not None and lo > hi:
             raise ValueError("time_range_min_seconds is after time_range_max_seconds")
+        if self.currency is not None:
+            if self.currency not in MINOR_UNITS:
+                raise ValueError(f"currency must be an ISO 4217 code ToolOps knows ({', '.join(sorted(MINOR_UNITS))})")
+            if not self.has_money_limits:
+                raise ValueError(f"currency goes with an amount limit ({' or '.join(MONEY_LIMITS)})")
+
+    @property
+    def has_money_limits(self) -> bool:
+        return any(getattr(self, name) is not None for name in MONEY_LIMITS)
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "Limits":
-        """Build from stored JSON; unknown keys are an error (a typo must not drop a limit)."""
+    def from_dict(cls, d: dict | None, *, legacy_currency: str | None = None) -> "Limits":
+        """Build from stored JSON; unknown keys are an error (a typo must not drop a limit).
+
+        ``legacy_currency``: the currency of money limits stored without one (rows saved before
+        limits had a currency); ``None`` keeps them currency-less (re-checking an old record)."""
         d = dict(d or {})
         unknown = sorted(set(d) - {f.name for f in fields(cls)})
         if unknown:
             raise ValueError(f"unknown limit keys: {', '.join(unknown)}")
+        if d.get("currency") is None and legacy_currency is not None and any(d.get(n) is not None for n in MONEY_LIMITS):
+            d["currency"] = legacy_currency
         return cls(**d)
 
     def to_dict(self) -> dict:
@@ -236,6 +266,7 @@ class Requirement:
     resource: str | None
     amount: int | None = None
     datetimes: tuple[datetime, ...] = ()
+    currency: str | None = None  # the amount's currency (ISO 4217), when the ToolSpec says where it is
 
     def __post_init__(self) -> None:
         if self.operation_class not in OPERATION_CLASSES:
@@ -610,7 +641,7 @@ def limit_failures(
         out.append((RATE_LIMITED, f"more than {per_minute} calls per minute"))
     if per_run is not None and usage.calls_this_run + 1 > per_run:
         out.append((RUN_CALL_LIMIT, f"more than {per_run} calls in this run"))
-    out += _amount_failures(limits, req.amount, usage.amount_in_window)
+    out += _amount_failures(limits, req.amount, usage.amount_in_window, currency=req.currency)
     lo, hi = limits.time_range_min_seconds, limits.time_range_max_seconds
     too_early = lo is not None and any(dt < now + timedelta(seconds=lo) for dt in req.datetimes)
     too_late = hi is not None and any(dt > now + timedelta(seconds=hi) for dt in req.datetimes)
@@ -619,13 +650,18 @@ def limit_failures(
     return out
 
 
-def _amount_failures(limits: Limits, amount: int | None, spent: int) -> list[tuple[str, str]]:
+def _amount_failures(limits: Limits, amount: int | None, spent: int, *, currency: str | None = None) -> list[tuple[str, str]]:
     per_call, per_window = limits.max_amount_per_call, limits.max_amount_per_window
     if per_call is None and per_window is None:
         return []
     if amount is None:
         # Fail closed: a grant that caps amounts cannot vouch for a call of unknown amount.
         return [(AMOUNT_UNKNOWN, "the grant caps amounts but the call states none")]
+    if limits.currency is not None and currency is None:
+        return [(AMOUNT_CURRENCY_UNKNOWN, f"the grant caps amounts in {limits.currency} but the call's currency is not known")]
+    if limits.currency is not None and currency != limits.currency:
+        # Never compare minor units of two currencies: 50000 JPY is not 500.00 EUR.
+        return [(AMOUNT_CURRENCY_MISMATCH, f"the call is in {currency}; this grant's amount limits are in {limits.currency}")]
     out = []
     if per_call is not None and amount > per_call:
         out.append((AMOUNT_OVER_CALL_LIMIT, f"amount {amount} exceeds {per_call} per call"))
@@ -668,7 +704,7 @@ def _evaluate(req: Requirement, grants: Sequence[GrantSnapshot], ctx: AuthContex
             note(code, grant, message)
         if failures:
             continue
-        policy = apply_policy(grant.policy, grant_effect=grant.effect, amount=req.amount)
+        policy = apply_policy(grant.policy, grant_effect=grant.effect, amount=req.amount, currency=req.currency)
         if policy.code:
             note(policy.code, grant, policy.message)
         if policy.effect != Effect.DENY:
