@@ -213,7 +213,7 @@ def test_it_saves_a_screenshot_of_the_queue_for_the_readme(login, live_server, p
     calendar = make_demo_spec(name="calendar.create_event")
     careful = make_demo_spec(name="payments.transfer", four_eyes=True, version=2)
     planner = make_planner()
-    payroll = make_finance_agent(tenant_slug="initech", name="payroll-bot")
+    payroll = make_finance_agent(tenant_slug="initech", name="payroll-bot", currency="USD")
     alice = make_staff(username="alice")
     for spec in (payments, careful):
         allow_resolving(user=alice, spec=spec)

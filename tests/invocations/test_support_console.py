@@ -40,11 +40,11 @@ TIMEOUT_ERROR = {"code": "outcome_unknown", "message": "ReadTimeout talking to t
 
 # --- builders (shared with tests/browser/test_support_console.py) ------------------------------
 
-def make_finance_agent(*, tenant_slug: str = "acme", name: str = "finance-bot") -> Subject:
+def make_finance_agent(*, tenant_slug: str = "acme", name: str = "finance-bot", currency: str = "EUR") -> Subject:
     tenant = make_tenant(slug=tenant_slug)
     subject = make_subject(tenant=tenant, name=name)
     make_grant(subject=subject, capability="payments.transfer", operation_class="create",
-               limits={"max_amount_per_call": 500_000})
+               limits={"currency": currency, "max_amount_per_call": 500_000})
     return subject
 
 
