@@ -68,9 +68,12 @@ def start_upstream() -> tuple[subprocess.Popen, str]:
     if "listening on" not in line:
         raise SystemExit(f"notes MCP server did not start: {line}")
     url = line.strip().rsplit(" ", 1)[-1]
-    # The worker (started after this) may reach this loopback upstream: the operator's egress allow-list.
+    # The import (here) and the worker (started after this) may reach this loopback upstream: the
+    # operator's egress allow-list, in this process's settings and in the worker's environment.
+    address = url.split("://", 1)[1].split("/", 1)[0]
     allow = [e for e in os.environ.get("TOOLOPS_EGRESS_ALLOW", "").split(",") if e]
-    os.environ["TOOLOPS_EGRESS_ALLOW"] = ",".join([*allow, url.split("://", 1)[1].split("/", 1)[0]])
+    os.environ["TOOLOPS_EGRESS_ALLOW"] = ",".join([*allow, address])
+    settings.TOOLOPS_EGRESS_ALLOW = [*settings.TOOLOPS_EGRESS_ALLOW, address]
     return proc, url
 
 
