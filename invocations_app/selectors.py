@@ -37,37 +37,35 @@ def run_get(*, subject: Subject, run_id) -> Run:
     return _get(Run.objects.filter(subject=subject), run_id, "run")
 
 
-def model_call_get(*, subject: Subject, model_call_id) -> ModelCall:
-    """One of the subject's model calls, its run loaded (every proposal POST reads it: a lean
-    statement, toolops.db_batch.select_with_parent, not a queryset built per request)."""
+def _one_with_parent(model, parent: str, where: str, params: list, *, missing: str):
+    """The one row ``where`` selects, its ``parent`` loaded, by a lean statement
+    (``toolops.db_batch.select_with_parent``, not a queryset built per request); ``NotFound``
+    for no row or an id that is not one."""
     try:
-        rows = select_with_parent(ModelCall, "run", "a.id = %s AND b.subject_id = %s",
-                                  [(ModelCall._meta.pk, model_call_id), (Run._meta.get_field("subject"), subject.pk)])
+        rows = select_with_parent(model, parent, where, params)
     except (DjangoValidationError, ValueError):
         rows = []
     if not rows:
-        raise NotFound(f"no model call {model_call_id}")
+        raise NotFound(missing)
     return rows[0]
+
+
+def model_call_get(*, subject: Subject, model_call_id) -> ModelCall:
+    """One of the subject's model calls, its run loaded (every proposal POST reads it)."""
+    return _one_with_parent(ModelCall, "run", "a.id = %s AND b.subject_id = %s",
+                            [(ModelCall._meta.pk, model_call_id), (Run._meta.get_field("subject"), subject.pk)],
+                            missing=f"no model call {model_call_id}")
 
 
 def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
-    """One of the subject's invocations (reads only: a confirmation past its time is expired by
-    the beat task, and a decision on it is refused either way)."""
-    return _invocation_get(subject, invocation_id)
-
-
-def _invocation_get(subject: Subject, invocation_id) -> Invocation:
-    # Every poll reads this: the row and its proposal by a lean statement (as model_call_get),
-    # then its confirmations and attempts prefetched as before.
-    try:
-        rows = select_with_parent(Invocation, "proposal", "a.id = %s AND a.subject_id = %s",
-                                  [(Invocation._meta.pk, invocation_id), (Invocation._meta.get_field("subject"), subject.pk)])
-    except (DjangoValidationError, ValueError):
-        rows = []
-    if not rows:
-        raise NotFound(f"no invocation {invocation_id}")
-    prefetch_related_objects(rows, "confirmations__decided_by", "confirmations__approvals__user", "attempts")
-    return rows[0]
+    """One of the subject's invocations, its proposal loaded and its confirmations and attempts
+    prefetched (every poll reads it). Reads only: a confirmation past its time is expired by the
+    beat task, and a decision on it is refused either way."""
+    invocation = _one_with_parent(Invocation, "proposal", "a.id = %s AND a.subject_id = %s",
+                                  [(Invocation._meta.pk, invocation_id), (Invocation._meta.get_field("subject"), subject.pk)],
+                                  missing=f"no invocation {invocation_id}")
+    prefetch_related_objects([invocation], "confirmations__decided_by", "confirmations__approvals__user", "attempts")
+    return invocation
 
 
 def invocation_events(*, invocation: Invocation):
