@@ -37,6 +37,12 @@ def api_token_verify(*, secret: str) -> ApiToken | None:
     return token
 
 
+def api_token_remembered(*, secret: str) -> ApiToken | None:
+    """The live token with this secret if it was verified within ``TOOLOPS_TOKEN_CACHE_SECONDS``,
+    else None — without touching the database (callable from an event loop)."""
+    return verified_tokens.get(token_hash(secret))
+
+
 def _touch(token: ApiToken | PersonalToken) -> None:
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:

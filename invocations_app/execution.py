@@ -16,12 +16,13 @@ The worker's life of one attempt:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import socket
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -30,12 +31,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from specs_app.models import Tenant, ToolSpec
-from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys, update_by_pk
+from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys, set_clause, update_by_pk
 from toolops.runtime.deadlines import TimeoutPolicy
 from toolops.runtime.digest import CanonicalizationError, invocation_digest
 from toolops.runtime.execution import Commit, ExecutionOutcome
 from toolops.runtime.retry import Action, RetryPolicy, decide_retry
-from toolops.runtime.states import State
+from toolops.runtime.states import State, TransitionNotAllowed, is_allowed
 from toolops.runtime.tracecontext import new_span_id
 from toolops import otel
 from toolops.tracelog import trace_scope
@@ -44,7 +45,7 @@ from . import executors
 from .budgets import attempt_refusal, budget_charge_cost
 from .dispatch import enqueue_execution
 from .http_client import grants_for_egress
-from .models import Attempt, Confirmation, Invocation, Proposal, Run
+from .models import Attempt, Confirmation, Event, Invocation, Proposal, Run
 from .remote_keys import invocation_remote_key, recorded_remote_key
 from .results import invocation_finish_with_message
 from .tool_messages import redacted, result_policy
@@ -175,16 +176,7 @@ def claim_or_inspect(invocation_id, *, resend: bool = False) -> tuple[Invocation
         if src is None or (src == State.OUTCOME_UNKNOWN and not resend):
             return inv, None
         number = inv.attempt_count + 1
-        span = new_span_id()
-        started = {"kind": "attempt_started", "data": {"attempt": number, "attempt_id": span}, "span_id": span}
-        # A read may count as sent from here: recovery retries it either way, and it saves a
-        # commit before the call. A write is stamped only right before its request leaves.
-        read_only = inv.tool_spec.side_effect_class == "read_only"
-        attempt = Attempt(
-            invocation=inv, tool_spec_id=inv.tool_spec_id, number=number, span_id=span, worker=WORKER, started_at=now,
-            sent_at=now if read_only else None, remote_key=invocation_remote_key(inv),
-            lease_expires_at=now + timedelta(seconds=attempt_timeout(inv)) + ABANDON_GRACE,
-        )
+        started, attempt = _attempt_opened(inv, number, now)
         if src == State.EXECUTING:
             Invocation.objects.filter(pk=inv.pk).update(attempt_count=number, next_attempt_at=None)
             inv.attempt_count, inv.next_attempt_at = number, None
@@ -197,6 +189,69 @@ def claim_or_inspect(invocation_id, *, resend: bool = False) -> tuple[Invocation
             )
         insert_returning_keys([attempt])  # its generated key is needed to close it
     return inv, attempt
+
+
+def _attempt_opened(inv: Invocation, number: int, now: datetime) -> tuple[dict, Attempt]:
+    """The ``attempt_started`` event (as ``then`` data) and the unsaved Attempt of a claim."""
+    span = new_span_id()
+    started = {"kind": "attempt_started", "data": {"attempt": number, "attempt_id": span}, "span_id": span}
+    # A read may count as sent from here: recovery retries it either way, and it saves a
+    # commit before the call. A write is stamped only right before its request leaves.
+    read_only = inv.tool_spec.side_effect_class == "read_only"
+    attempt = Attempt(
+        invocation=inv, tool_spec_id=inv.tool_spec_id, number=number, span_id=span, worker=WORKER, started_at=now,
+        sent_at=now if read_only else None, remote_key=invocation_remote_key(inv),
+        lease_expires_at=now + timedelta(seconds=attempt_timeout(inv)) + ABANDON_GRACE,
+    )
+    return started, attempt
+
+
+@dataclass(frozen=True)
+class AdmissionClaim:
+    """The claim of a read's first attempt, written in its admission's own round trip."""
+
+    events: list[Event]  # execution_started and attempt_started, after the admission chain
+    statements: list[tuple[str, list]]  # the UPDATE AUTHORIZED → EXECUTING
+    fields: dict  # what that UPDATE sets, for the in-memory row once written
+    attempt: Attempt  # unsaved; its generated key is read back
+
+
+def claim_with_admission(invocation: Invocation, *, now: datetime) -> AdmissionClaim:
+    """Claim the first attempt of a read-only call being admitted ready to run, for the process
+    that admits it and will run it at once (``proposal_admit(executes_reads_itself=True)``, the
+    MCP front door's inline reads): the events, transition and Attempt ``claim_or_inspect``
+    would write a moment later, to go in admission's one round trip instead of a second
+    transaction. The row is still born AUTHORIZED (the birth guard) and moved to EXECUTING by
+    an UPDATE along the table's edge. ``invocation`` is the unsaved row (its ``event_seq`` the
+    admission chain's length)."""
+    if not is_allowed(State.AUTHORIZED, State.EXECUTING):
+        raise TransitionNotAllowed(State.AUTHORIZED, State.EXECUTING)
+    started, attempt = _attempt_opened(invocation, 1, now)
+    seq = invocation.event_seq
+    common = {"invocation_id": invocation.pk, "trace_id": invocation.trace_id}
+    events = [
+        Event(seq=seq + 1, from_state=State.AUTHORIZED, to_state=State.EXECUTING, kind="execution_started",
+              data={"attempt": 1, "resend_same_key": False}, span_id=invocation.span_id, **common),
+        Event(seq=seq + 2, from_state=State.EXECUTING, to_state=State.EXECUTING, kind=started["kind"], data=started["data"],
+              span_id=started["span_id"], **common),
+    ]
+    fields = {"state": State.EXECUTING, "attempt_count": 1, "next_attempt_at": None, "event_seq": seq + 2, "updated_at": now}
+    conn = connections[DEFAULT_DB_ALIAS]
+    assignments, params = set_clause(Invocation, fields, conn)
+    quote = conn.ops.quote_name
+    sql = (f"UPDATE {quote(Invocation._meta.db_table)} SET {', '.join(assignments)} "
+           f"WHERE {quote(Invocation._meta.pk.column)} = %s AND {quote('state')} = %s")
+    params += [Invocation._meta.pk.get_db_prep_value(invocation.pk, conn), State.AUTHORIZED]
+    return AdmissionClaim(events=events, statements=[(sql, params)], fields=fields, attempt=attempt)
+
+
+def run_claimed_at_admission(invocation: Invocation) -> Invocation:
+    """Run the attempt ``claim_with_admission`` opened, in this process: the same send and record
+    as a worker's (``execution_run``), on the row as admission wrote it, with no read."""
+    attempt = invocation.attempts.all()[0]  # admission's own, remembered as a prefetch (no query)
+    # The arguments exactly as a worker reads them back (JSON), not admission's Python values.
+    invocation.normalized_arguments = json.loads(json.dumps(invocation.normalized_arguments))
+    return execution_run(invocation=invocation, attempt=attempt)
 
 
 def open_attempt(invocation: Invocation) -> Attempt | None:

@@ -66,7 +66,8 @@ class ModelCall(models.Model):
     """One model request inside a Run: the exact tool versions shown, and the context it carried."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="model_calls")
+    # Led by the (run, created_at) index below, which also finds a run's latest model call.
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="model_calls", db_index=False)
     format = models.CharField(max_length=16, default="openai")
     # Invocation ids whose tool messages were in this model call's context (API.md `context`).
     context = models.JSONField(default=list, blank=True)
@@ -75,6 +76,11 @@ class ModelCall(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [
+            # The MCP front door resolves every tools/call against its run's latest listing;
+            # a run opened per subject per day gathers one model call per tools/list.
+            models.Index(fields=["run", "-created_at"], name="invocations_mc_run_latest"),
+        ]
 
     def __str__(self) -> str:
         return f"model call {self.id}"
@@ -180,6 +186,10 @@ class Invocation(models.Model):
     span_id = models.CharField(max_length=16)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Not a column: the tool messages (format → bytes) the transition that ended this call
+    # wrote through this instance (results.invocation_finish_with_message), for an answer that
+    # need not read them back.
+    written_tool_messages: dict[str, bytes] | None = None
 
     class Meta:
         ordering = ["-created_at"]

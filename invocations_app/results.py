@@ -20,7 +20,7 @@ from toolops.runtime.secret_forms import secrets_pattern
 from toolops.runtime.tool_messages import IMAGE_BLOCK_MAX_BYTES, IMAGE_BLOCK_TYPES, InlineImage, ToolResult
 
 from .budgets import budget_add_result_bytes, result_bytes_increment
-from .models import IdempotencyRecord, Invocation, ResultBinary
+from .models import IdempotencyRecord, Invocation, ResultBinary, ToolMessage
 from .tool_messages import binary_url, encode, message_rows, redacted, result_policy
 from .transitions import TransitionConflict, invocation_transition
 
@@ -60,19 +60,25 @@ def invocation_finish_with_message(
     # A binary result's bytes count too: they are stored and served, only referenced in the message.
     nbytes = encoded.total_bytes + (binary.size if extra_rows else 0)
     conflict = None
+    message_rows_written = message_rows(invocation, result, encoded)
     # No savepoint (two round trips when nested): the transition goes first, so a lost race
     # has written nothing and is raised after the block, leaving the caller's transaction usable.
     with transaction.atomic(savepoint=False):
         try:
             invocation_transition(
                 invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}), fields=fields,
-                rows=[*message_rows(invocation, result, encoded), *extra_rows],
+                rows=[*message_rows_written, *extra_rows],
                 statements=[result_bytes_increment(run_id=invocation.run_id, nbytes=nbytes)] if uncapped else (),
             )
         except TransitionConflict as exc:
             conflict = exc
         else:
             _settle_idempotency(invocation, ok=status == "ok")
+            # What was just written, for a caller that answers with it once this commits
+            # (the MCP front door's inline reads) instead of reading it back.
+            invocation.written_tool_messages = {
+                row.format: row.message_bytes for rows in message_rows_written for row in rows
+                if isinstance(row, ToolMessage)}
             if not uncapped:
                 budget_add_result_bytes(run_id=invocation.run_id, nbytes=nbytes)
     if conflict is not None:

@@ -31,25 +31,38 @@ import psycopg
 from django.db import connections, models, transaction
 
 
-def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]] = (), using: str = "default") -> None:
+def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]] = (),
+                keys_for: Sequence[models.Model] = (), using: str = "default") -> None:
     """INSERT each group (instances of one model) as one multi-row statement, all in one go.
 
     ``then``: further ``(sql, params)`` statements whose answer nobody needs (an UPDATE of a
-    counter), sent in the same round trip. Raises ``django.db.IntegrityError`` like
-    ``create()`` would; nothing is written then.
+    counter), sent in the same round trip. ``keys_for``: one more group, of a model with
+    database-generated keys, inserted last and its keys read back (``insert_returning_keys``
+    in the same round trip). Raises ``django.db.IntegrityError`` like ``create()`` would;
+    nothing is written then.
     """
     connection = connections[using]
     statements = [_insert_statement(group, connection) for group in groups if group] + list(then)
+    returning = None
+    if keys_for:
+        sql, params = _insert_statement(keys_for, connection)
+        returning = (f"{sql} RETURNING {connection.ops.quote_name(type(keys_for[0])._meta.pk.column)}", params)
     if connection.vendor == "postgresql":
-        _pipelined(connection, statements)
+        keys = _pipelined(connection, statements, returning)
     else:
         with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
             for sql, params in statements:
                 cursor.execute(sql, params)
+            if returning:
+                cursor.execute(*returning)
+                keys = cursor.fetchall()
     for group in groups:
         for obj in group:
             obj._state.adding = False
             obj._state.db = using
+    if returning:
+        for obj, (key,) in zip(keys_for, keys):
+            obj.pk, obj._state.adding, obj._state.db = key, False, using
 
 
 def execute_one(sql: str, params: Sequence, *, fetch: bool = True, using: str = "default"):
@@ -69,7 +82,7 @@ def execute_one(sql: str, params: Sequence, *, fetch: bool = True, using: str = 
         return cursor.fetchall() if fetch else cursor.rowcount
 
 
-def _pipelined(connection, statements: Sequence[tuple[str, list]]) -> None:
+def _pipelined(connection, statements: Sequence[tuple[str, list]], returning: tuple[str, list] | None = None) -> list | None:
     """Send ``statements`` as prepared statements in one psycopg pipeline: one round trip.
 
     Outside a transaction the pipeline's single Sync makes the list one implicit transaction
@@ -77,11 +90,16 @@ def _pipelined(connection, statements: Sequence[tuple[str, list]]) -> None:
     rolls back otherwise), so no BEGIN/COMMIT messages are needed; inside the caller's
     transaction the statements simply join it. Prepared statements (server-side binding) skip
     the server's parse and plan of each INSERT and the client's quoting of every value.
+    ``returning``: a last statement whose rows are returned (read once the pipeline has synced).
     """
-    with _prepared_cursor(connection, ";\n".join(sql for sql, _ in statements)) as cursor:
+    logged = [sql for sql, _ in statements] + ([returning[0]] if returning else [])
+    with _prepared_cursor(connection, ";\n".join(logged)) as cursor:
         with connection.connection.pipeline():
             for sql, params in statements:
                 cursor.execute(sql, params, prepare=True)
+            if returning:
+                cursor.execute(*returning, prepare=True)
+        return cursor.fetchall() if returning else None
 
 
 @contextlib.contextmanager
@@ -197,9 +215,9 @@ def select_with_parent(model: type[models.Model], fk: str, where: str, params: S
     """Instances of ``model`` with the row their foreign key ``fk`` points at, as
     ``select_related(fk)`` loads them: every concrete column of both, one INNER JOIN.
 
-    ``where`` refers to the tables as ``a`` (``model``) and ``b`` (the parent); ``params`` are
-    ``(field, value)`` pairs, each value prepared by its field. Instances are built by
-    ``Model.from_db`` from values converted as the ORM converts them.
+    ``where`` refers to the tables as ``a`` (``model``) and ``b`` (the parent), and may end in
+    ``ORDER BY … LIMIT …``; ``params`` are ``(field, value)`` pairs, each value prepared by its
+    field. Instances are built by ``Model.from_db`` from values converted as the ORM converts them.
     """
     connection = connections[using]
     sql, fields, parent_fields, converters = _parent_select(model, fk, connection.alias, connection.vendor)

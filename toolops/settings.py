@@ -365,8 +365,11 @@ except ValueError:
 if not isinstance(TOOLOPS_MCP_RUN_BUDGETS, dict):
     raise ImproperlyConfigured("TOOLOPS_MCP_RUN_BUDGETS must be a JSON object")
 # Read-only calls that need no confirmation execute in the MCP process itself (the same
-# execution service and record as a worker; see README "MCP front door").
-TOOLOPS_MCP_INLINE_READS = env_bool("TOOLOPS_MCP_INLINE_READS", False)
+# execution service and record as a worker; see README "MCP front door"), at most
+# TOOLOPS_MCP_INLINE_MAX at once per process (the rest go to the workers), so slow remotes
+# never hold every database thread.
+TOOLOPS_MCP_INLINE_READS = env_bool("TOOLOPS_MCP_INLINE_READS", True)
+TOOLOPS_MCP_INLINE_MAX = env_int("TOOLOPS_MCP_INLINE_MAX", max(1, TOOLOPS_MCP_DB_THREADS // 2))
 
 LOGGING = {
     "version": 1,

@@ -7,14 +7,16 @@ holds for MCP clients as for REST ones. tools/call hands the exact bytes of ``ar
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
+import threading
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from zoneinfo import ZoneInfo
 
 import mcp_types as types
@@ -33,7 +35,7 @@ from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.tracecontext import TraceContext, parse_traceparent
 
-from ..execution import claim_or_inspect, execution_run
+from ..execution import run_claimed_at_admission
 from ..models import Confirmation, Invocation, ModelCall, ModelCallTool, Run, ToolMessage
 from ..tool_messages import tool_message
 from ..admission import parser_limits, proposal_admit
@@ -137,31 +139,61 @@ def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes, arg
         model_call = _record_listing(run, request.subject)
     _check_param_headers(request, model_call, name, arguments, headers)
     now = timezone.now()
-    try:
-        key = _idempotency_key(request, run, model_call, name, arguments_bytes, now)
-        invocation, _ = proposal_admit(
-            model_call=model_call, subject=request.subject, proposal_id=_proposal_id(request), name=name,
-            arguments_bytes=arguments_bytes, idempotency_key=key, trace=request.trace, now=now, origin=request.origin(),
-        )
-    except Conflict as exc:
-        if exc.code != "idempotency_key_in_use":
+    with _inline_slot() as inline:
+        try:
+            key = _idempotency_key(request, run, model_call, name, arguments_bytes, now)
+            invocation, created = proposal_admit(
+                model_call=model_call, subject=request.subject, proposal_id=_proposal_id(request), name=name,
+                arguments_bytes=arguments_bytes, idempotency_key=key, trace=request.trace, now=now,
+                origin=request.origin(), executes_reads_itself=inline, proposal_id_is_new=True,
+            )
+        except Conflict as exc:
+            if exc.code != "idempotency_key_in_use":
+                return CallOutcome(result=_error_result(exc))
+            # A re-issue while the first call with this key is running or awaiting a person:
+            # attach to that invocation and answer as it would.
+            invocation, created = Invocation.objects.get(pk=exc.extra["invocation_id"]), False
+        except ApplicationError as exc:
             return CallOutcome(result=_error_result(exc))
-        # A re-issue while the first call with this key is running or awaiting a person:
-        # attach to that invocation and answer as it would.
-        invocation = Invocation.objects.get(pk=exc.extra["invocation_id"])
-    except ApplicationError as exc:
-        return CallOutcome(result=_error_result(exc))
-    if invocation.error_code == "unknown_tool":
-        raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: not in this run's tool listing",
-                       data={"code": "unknown_tool", "invocation_id": str(invocation.pk)})
-    if settings.TOOLOPS_MCP_INLINE_READS:
-        _execute_inline_if_read(invocation)
+        if invocation.error_code == "unknown_tool":
+            raise MCPError(types.INVALID_PARAMS, f"unknown tool {name!r}: not in this run's tool listing",
+                           data={"code": "unknown_tool", "invocation_id": str(invocation.pk)})
+        if inline and created and invocation.state == State.EXECUTING:
+            answer = _run_inline(invocation)
+            if answer is not None:
+                return CallOutcome(result=answer, invocation_id=invocation.pk)
     if arm is not None:
         arm(invocation.pk)
     answer = mcp_call_poll(subject=request.subject, invocation_id=invocation.pk)
     if answer is not None:
         return CallOutcome(result=answer, invocation_id=invocation.pk)
     return CallOutcome(wait_for=invocation.pk, invocation_id=invocation.pk)
+
+
+class _InlineSlots:
+    """How many reads this process executes inline at once (``TOOLOPS_MCP_INLINE_READS``): a
+    slow remote must not hold every database thread of the MCP process. A call that finds no
+    free slot goes to the workers, as with inline reads off."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.busy = 0
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[bool]:
+        with self.lock:
+            taken = settings.TOOLOPS_MCP_INLINE_READS and self.busy < settings.TOOLOPS_MCP_INLINE_MAX
+            if taken:
+                self.busy += 1
+        try:
+            yield taken
+        finally:
+            if taken:
+                with self.lock:
+                    self.busy -= 1
+
+
+_inline_slot = _InlineSlots()
 
 
 def _check_param_headers(request: McpRequest, model_call: ModelCall, name: str, arguments: Any,
@@ -186,17 +218,14 @@ def _check_param_headers(request: McpRequest, model_call: ModelCall, name: str, 
         raise MCPError(rejection.code, rejection.message, data=rejection.data)
 
 
-def _execute_inline_if_read(invocation: Invocation) -> None:
-    """Run a ready read-only call here instead of waiting for a worker: the same claim and
-    execution service a worker runs (attempt rows, events, retry rules, tool message). The
-    worker's message for it then finds nothing to claim."""
-    if invocation.state != State.AUTHORIZED or invocation.tool_spec is None:
-        return
-    if invocation.tool_spec.side_effect_class != "read_only":
-        return
-    claimed, attempt = claim_or_inspect(invocation.pk)
-    if claimed is not None and attempt is not None:
-        execution_run(invocation=claimed, attempt=attempt)
+def _run_inline(invocation: Invocation) -> dict | None:
+    """Run the read admission just claimed for this process (``executes_reads_itself``) with the
+    execution service a worker runs (attempt rows, events, retry rules, tool messages). Returns
+    the recorded MCP tool message when that ended the call, else None (a retry is scheduled for
+    the workers) and the caller waits as for any call."""
+    done = run_claimed_at_admission(invocation)
+    message = (done.written_tool_messages or {}).get("mcp")
+    return json.loads(message) if message is not None and done.state in TERMINAL else None
 
 
 def mcp_call_answer(*, subject: Subject, invocation_id) -> dict | None:
@@ -288,10 +317,11 @@ def mcp_status(*, subject: Subject, arguments: dict | None) -> dict:
 # --- helpers ----------------------------------------------------------------------------------
 
 def _proposal_id(request: McpRequest) -> str:
-    # The JSON-RPC id is unique only per session (and 2026-07-28 clients restart it), so a
-    # random suffix keeps two clients' calls from being taken as re-posts of one proposal;
-    # exactly-once across re-issues is the idempotency key's job.
-    return f"mcp-{request.request_id}-{uuid.uuid4().hex[:8]}"[:200]
+    # The JSON-RPC id is unique only per session (and 2026-07-28 clients restart it): a random
+    # UUID, ahead of the id so a long one cannot cut it off, makes every tools/call a new
+    # proposal (admission skips its "already posted?" probe); exactly-once across re-issues
+    # is the idempotency key's job. The JSON-RPC id itself is kept in the proposal's origin.
+    return f"mcp-{uuid.uuid4().hex}-{request.request_id}"[:200]
 
 
 def _idempotency_key(request: McpRequest, run: Run, model_call: ModelCall, name: str, raw: bytes, now: datetime) -> str | None:

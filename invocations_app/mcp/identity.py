@@ -12,7 +12,7 @@ from mcp.server.auth.provider import AccessToken
 
 from specs_app.models import Subject
 
-from ..auth import api_token_verify
+from ..auth import api_token_remembered, api_token_verify
 from .db import in_db_thread
 
 SUBJECT_CLAIM = "dev.toolops/subject"
@@ -24,7 +24,8 @@ class ApiTokenVerifier:
     async def verify_token(self, token: str) -> AccessToken | None:
         if not token.isascii():
             return None
-        found = await in_db_thread(api_token_verify, secret=token)
+        # A token verified moments ago needs no database thread (the same cache the REST API uses).
+        found = api_token_remembered(secret=token) or await in_db_thread(api_token_verify, secret=token)
         if found is None:
             return None
         subject = found.subject

@@ -11,6 +11,7 @@ constraint on (subject, mcp_key) makes concurrent first requests agree on one ru
 """
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -19,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from specs_app.models import Subject
+from toolops.db_batch import select_with_parent
 from toolops.errors import ApplicationError
 from toolops.runtime.tracecontext import TraceContext
 
@@ -67,13 +69,21 @@ def mcp_run_get_or_open(*, subject: Subject, rule: RunRule, trace: TraceContext 
 
 def mcp_run_and_listing(*, subject: Subject, rule: RunRule, trace: TraceContext | None) -> tuple[Run, ModelCall | None]:
     """The run ``rule`` names and its most recent model call (the listing a tools/call is
-    resolved against; None when the run has none yet): one read in the usual case."""
-    where = {"run__pk": rule.key} if rule.kind == "meta" else {"run__mcp_key": rule.key}
-    try:
-        latest = (ModelCall.objects.select_related("run").filter(run__subject=subject, **where)
-                  .order_by("-created_at").first())
-    except (DjangoValidationError, ValueError):  # not a run id: mcp_run_get_or_open says so
-        latest = None
-    if latest is not None:
-        return latest.run, latest
+    resolved against; None when the run has none yet): one indexed read in the usual case,
+    without building a queryset (this runs on every tools/call)."""
+    run_fields = Run._meta
+    if rule.kind == "meta":
+        try:
+            key, where = (run_fields.pk, uuid.UUID(rule.key)), "b.id = %s"
+        except ValueError:  # not a run id: mcp_run_get_or_open says so
+            key = None
+    else:
+        key, where = (run_fields.get_field("mcp_key"), rule.key), "b.mcp_key = %s"
+    if key is not None:
+        latest = select_with_parent(
+            ModelCall, "run", f"{where} AND b.subject_id = %s ORDER BY a.created_at DESC LIMIT 1",
+            [key, (run_fields.get_field("subject"), subject.pk)],
+        )
+        if latest:
+            return latest[0].run, latest[0]
     return mcp_run_get_or_open(subject=subject, rule=rule, trace=trace), None

@@ -124,7 +124,7 @@ def test_mcp_param_headers_are_checked_against_the_listing_the_call_is_resolved_
     legacy = McpRequest(subject=agent, session_id=None, request_id=2, protocol_version="2025-11-25",
                         meta={"dev.toolops/run": str(run.pk)})  # no Mcp-Param-* headers before 2026-07-28
     unchecked = mcp_tool_call(request=legacy, name="weather-get_forecast_v1", arguments_bytes=raw, arguments=arguments, headers={})
-    invocations = Invocation.objects.filter(pk__in=[admitted.wait_for, unchecked.wait_for])
+    invocations = Invocation.objects.filter(pk__in=[admitted.invocation_id, unchecked.invocation_id])
     assert {inv.model_call_id for inv in invocations} == {listing.pk}
     assert ModelCall.objects.filter(run=run).count() == 1  # the calls recorded no listing of their own
 
@@ -142,3 +142,97 @@ def test_the_status_tool_answers_from_one_read_of_the_call(agent, django_assert_
     with django_assert_num_queries(1):
         unknown = mcp_status(subject=agent, arguments={"invocation_id": "00000000-0000-0000-0000-000000000001"})
     assert unknown["isError"] is True
+
+
+# --- inline reads (TOOLOPS_MCP_INLINE_READS, on by default) ---------------------------------
+
+WEATHER_ARGS = b'{"city": "Paris", "date": "2026-07-20"}'
+
+
+@pytest.fixture
+def worker_messages(monkeypatch) -> list:
+    """Invocation ids admission hands to the workers (the message itself would be sent on commit)."""
+    import invocations_app.admission as admission
+
+    sent = []
+    real = admission.enqueue_when_committed
+    monkeypatch.setattr(admission, "enqueue_when_committed", lambda invocation: (sent.append(invocation.pk), real(invocation)))
+    return sent
+
+
+def _trail(invocation_id) -> tuple:
+    """What the record says happened to a call, without ids and times."""
+    from invocations_app.models import Attempt, Event, ToolMessage
+
+    events = list(Event.objects.filter(invocation_id=invocation_id).order_by("seq").values_list("kind", "from_state", "to_state"))
+    attempts = list(Attempt.objects.filter(invocation_id=invocation_id).values_list("number", "commit", "failure_class"))
+    formats = sorted(ToolMessage.objects.filter(invocation_id=invocation_id).values_list("format", flat=True))
+    return Invocation.objects.get(pk=invocation_id).state, events, attempts, formats
+
+
+def test_an_inline_read_is_recorded_as_a_worker_records_it_and_sends_no_worker_message(agent, settings, worker_messages):
+    from invocations_app.models import ToolMessage
+    from invocations_app.tasks import _execute
+
+    settings.TOOLOPS_MCP_INLINE_READS = True
+    inline = mcp_tool_call(request=_request(agent, 1), name="weather-get_forecast_v1", arguments_bytes=WEATHER_ARGS)
+    assert inline.result is not None and inline.wait_for is None  # answered at once, executed here
+    assert worker_messages == []
+    stored = ToolMessage.objects.get(invocation_id=inline.invocation_id, format="mcp").message_bytes
+    assert inline.result == json.loads(bytes(stored))  # the recorded MCP tool message, not a rendering of it
+    assert inline.result["isError"] is False
+
+    settings.TOOLOPS_MCP_INLINE_READS = False
+    queued = mcp_tool_call(request=_request(agent, 2), name="weather-get_forecast_v1", arguments_bytes=WEATHER_ARGS)
+    assert queued.result is None and worker_messages == [queued.wait_for]
+    assert _execute(str(queued.wait_for)) == "ran"  # what the worker does with its message
+    assert _trail(inline.invocation_id) == _trail(queued.wait_for)
+    assert _trail(inline.invocation_id)[0] == "OBSERVED"
+
+
+def test_with_no_free_inline_slot_a_read_goes_to_the_workers(agent, settings, worker_messages):
+    settings.TOOLOPS_MCP_INLINE_READS, settings.TOOLOPS_MCP_INLINE_MAX = True, 0
+    outcome = mcp_tool_call(request=_request(agent, 1), name="weather-get_forecast_v1", arguments_bytes=WEATHER_ARGS)
+    assert outcome.result is None and worker_messages == [outcome.wait_for]
+    assert Invocation.objects.get(pk=outcome.wait_for).state == "AUTHORIZED"
+
+
+def test_writes_and_calls_waiting_for_a_person_are_never_executed_inline(agent, settings, worker_messages):
+    settings.TOOLOPS_MCP_INLINE_READS = True
+    pending = mcp_tool_call(request=_request(agent, 1), name="calendar-create_event_v1", arguments_bytes=CALENDAR_ARGS)
+    assert pending.result["structuredContent"]["status"] == "pending_confirmation"
+    assert Invocation.objects.get(pk=pending.invocation_id).attempts.count() == 0
+    assert worker_messages == []  # the approval sends it, not admission
+
+
+def test_a_read_claimed_at_admission_by_a_process_that_then_died_is_recovered_like_a_dead_workers(agent, worker_messages, monkeypatch):
+    """Admission claimed the read's first attempt for the MCP process, which died before
+    recording it: no worker message was sent, the open attempt's lease lapses, and recovery
+    retries the read exactly as it does for a worker that died."""
+    from invocations_app.execution import stale_open_attempts
+    from invocations_app.models import Attempt
+    from invocations_app.tasks import _execute, executions_enqueue_due_task
+    import invocations_app.dispatch as dispatch
+
+    sent = []  # what the sweep hands the broker
+    monkeypatch.setattr(dispatch, "execution_send_or_defer", lambda pk, **kw: sent.append(pk) or True)
+    run = mcp_run_get_or_open(subject=agent, rule=RunRule("session", "session:s-9"), trace=None)
+    listing = model_call_create(run=run, tool_refs=["weather.get_forecast@1"], fmt="mcp", context=[])
+    invocation, created = proposal_admit(model_call=listing, subject=agent, proposal_id="p-1", name="weather-get_forecast_v1",
+                                         arguments_bytes=WEATHER_ARGS, executes_reads_itself=True)
+    assert created and invocation.state == "EXECUTING" and worker_messages == []
+    stored = Invocation.objects.get(pk=invocation.pk)
+    assert (stored.state, stored.attempt_count, stored.event_seq) == ("EXECUTING", 1, invocation.event_seq)
+    attempt = Attempt.objects.get(invocation=invocation)
+    assert attempt.pk == invocation.attempts.all()[0].pk and attempt.ended_at is None
+    assert _trail(invocation.pk)[1][-2:] == [("execution_started", "AUTHORIZED", "EXECUTING"),
+                                             ("attempt_started", "EXECUTING", "EXECUTING")]
+    assert [a.pk for a in stale_open_attempts()] == []  # its lease is alive: nobody touches it
+
+    Attempt.objects.filter(pk=attempt.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))  # the process is gone
+    assert [a.pk for a in stale_open_attempts()] == [attempt.pk]
+    executions_enqueue_due_task()  # the beat: recover, then the sweep (the retry is due now)
+    assert sent == [invocation.pk]
+    assert _execute(str(invocation.pk)) == "ran"  # the retry's message, as a worker gets it
+    state, events, attempts, formats = _trail(invocation.pk)
+    assert state == "OBSERVED" and [number for number, _, _ in attempts] == [1, 2] and "mcp" in formats
