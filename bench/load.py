@@ -86,7 +86,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "2")), help="gunicorn processes")
-    parser.add_argument("--threads", type=int, default=int(os.environ.get("GUNICORN_THREADS", "8")), help="threads per process")
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("GUNICORN_THREADS", "4")), help="threads per process")
     parser.add_argument("--baseline", type=int, default=1000, help="in-process proposals for the baseline rate")
     parser.add_argument("--smoke", action="store_true", default=os.environ.get("BENCH_SMOKE") == "1")
     args = parser.parse_args()

@@ -23,7 +23,7 @@ from django.utils import timezone
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view
 from toolops import otel
-from toolops.db_batch import insert_rows, select_rows
+from toolops.db_batch import insert_rows, remember_related, select_rows
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
@@ -315,23 +315,14 @@ def record_admission(
 
 def _related_as_written(invocation: Invocation, confirmation: Confirmation | None, attempts: list) -> None:
     """A new invocation's attempts and confirmations are what this admission wrote (none or the
-    attempt it claimed; none or its one pending confirmation with no approvals): remember them on the instances as a prefetch
-    would, so the answer is the admission's own snapshot and costs no further reads (the API's
-    prefetch then skips them). Below Django's public API: ``_prefetched_objects_cache``, filled
-    the way ``prefetch_related_objects`` fills it (docs/architecture.md)."""
-    invocation._prefetched_objects_cache = {
-        "attempts": _known(invocation.attempts, attempts),
-        "confirmations": _known(invocation.confirmations, [confirmation] if confirmation else []),
-    }
+    attempt it claimed; none or its one pending confirmation with no approvals): remember them
+    on the instances as a prefetch would, so the answer is the admission's own snapshot and
+    costs no further reads (the API's prefetch then skips them)."""
+    remember_related(invocation, "attempts", attempts)
+    remember_related(invocation, "confirmations", [confirmation] if confirmation else [])
     if confirmation is not None:
         confirmation.decided_by = None
-        confirmation._prefetched_objects_cache = {"approvals": _known(confirmation.approvals, [])}
-
-
-def _known(manager, rows: list):
-    queryset = manager.get_queryset()
-    queryset._result_cache, queryset._prefetch_done = rows, True
-    return queryset
+        remember_related(confirmation, "approvals", [])
 
 
 def _export_admission_span(invocation: Invocation, proposal: Proposal, trace: TraceContext | None) -> None:

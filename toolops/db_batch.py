@@ -210,6 +210,27 @@ def select_rows(model: type[models.Model], columns: Sequence[str], where: str, p
     return [convert_row(row, converters, connection) for row in rows]
 
 
+def select_instances(model: type[models.Model], where: str, params: Sequence[tuple[str, object]],
+                     using: str = "default") -> list[models.Model]:
+    """Instances of ``model`` (every concrete column) that ``where`` selects, built by
+    ``Model.from_db`` as a queryset builds them: ``select_rows`` for whole rows."""
+    fields = model._meta.concrete_fields
+    rows = select_rows(model, [f.name for f in fields], where, params, using=using)
+    names = [f.attname for f in fields]
+    return [model.from_db(using, names, row) for row in rows]
+
+
+def remember_related(instance: models.Model, related_name: str, rows: list[models.Model]) -> None:
+    """Hold ``rows`` as ``instance``'s ``related_name`` (a reverse foreign key) the way
+    ``prefetch_related`` holds them: ``instance.<related_name>.all()`` then reads no database.
+    Below Django's public API (``_prefetched_objects_cache``), filled as
+    ``prefetch_related_objects`` fills it (docs/architecture.md)."""
+    queryset = getattr(instance, related_name).get_queryset()
+    queryset._result_cache, queryset._prefetch_done = rows, True
+    cache = instance.__dict__.setdefault("_prefetched_objects_cache", {})
+    cache[related_name] = queryset
+
+
 def select_with_parent(model: type[models.Model], fk: str, where: str, params: Sequence[tuple[models.Field, object]],
                        using: str = "default") -> list[models.Model]:
     """Instances of ``model`` with the row their foreign key ``fk`` points at, as

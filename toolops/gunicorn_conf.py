@@ -6,20 +6,23 @@ so the database sees at most ``WEB_CONCURRENCY × DB_POOL_MAX_SIZE`` web connect
 ``DB_POOL_MAX_SIZE >= GUNICORN_THREADS`` so a request never waits for a connection.
 
 Sizing (bench/load.py prints the server's CPU per request): an API request is CPU-bound —
-~5–10 ms of Python against ~1–2 ms waiting on PostgreSQL and Redis — and the GIL keeps one
+~2–4 ms of Python against ~1–2 ms waiting on PostgreSQL and Redis — and the GIL keeps one
 process to one core, so processes are what scale: about one per core (``WEB_CONCURRENCY``, 2
 for the 2-core reference machine; a fixed default, not ``cpu_count()``, so the database's
-connection bound stays what the settings say on a large host). Threads cover the waits: a
-``?wait=`` poll sleeps in its thread for up to ``TOOLOPS_MAX_WAIT_SECONDS``, so 8 per process
-keep such polls from starving plain requests; more threads add no CPU. Idle keep-alive
-connections wait in gthread's poller, not in a thread, so ``keepalive`` costs no thread.
+connection bound stays what the settings say on a large host). Threads cover the waits, and
+each one more costs CPU in GIL hand-offs: with 64 clients on 2 cores, 8 threads a process
+spent 3.7–3.8 ms of CPU per request and admitted 184–189 proposals/s, 4 threads 3.4 ms and
+210/s, 2 threads 3.1 ms and 238/s. 4 is the default because a ``?wait=`` poll sleeps in its
+thread for up to ``TOOLOPS_MAX_WAIT_SECONDS``: a deployment whose agents wait a lot raises
+``GUNICORN_THREADS``. Idle keep-alive connections wait in gthread's poller, not in a thread,
+so ``keepalive`` costs no thread.
 """
 import os
 
 bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '0.0.0.0')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = "gthread"
-threads = int(os.environ.get("GUNICORN_THREADS", "8"))
+threads = int(os.environ.get("GUNICORN_THREADS", "4"))
 # Connections waiting to be accepted: runserver's 10 reset bursts of concurrent clients.
 backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
 # Above the longest legitimate request (?wait= is capped at TOOLOPS_MAX_WAIT_SECONDS, 30 s).
