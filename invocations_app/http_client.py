@@ -24,6 +24,9 @@ or response headers as a whole, so credentials and cookies are never stored.
 """
 from __future__ import annotations
 
+import heapq
+import itertools
+import os
 import socket
 import threading
 import time
@@ -110,29 +113,71 @@ def _authorize_hop(target: Target, policy: EgressPolicy, first_origin, hop: int)
         raise EgressRefused(OUT_OF_SCOPE, f"redirect hop {hop} leaves the tool's configured origin")
 
 
-class _Watchdog:
-    """Shuts the connection's socket at the deadline, whatever the reading thread is blocked in."""
+class _Watchdogs:
+    """One thread per process shuts the socket of every exchange still running at its deadline,
+    whatever the reading thread is blocked in. A timer thread per request cost a thread start
+    and its hand-off on every call (measured on the MCP front door's inline reads); this one is
+    started lazily, again after a fork (Celery's prefork children), and sleeps until the
+    earliest deadline. A finished exchange is dropped from the heap when its deadline comes."""
 
-    def __init__(self, conn: HTTPConnection, seconds: float) -> None:
-        self.conn, self.fired = conn, False
-        self.timer = threading.Timer(max(0.0, seconds), self._fire)
-        self.timer.daemon = True
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.heap: list[tuple[float, int, _Watch]] = []
+        self.seq = itertools.count()
+        self.pid: int | None = None
 
-    def _fire(self) -> None:
-        self.fired = True
-        sock = getattr(self.conn, "sock", None)
+    def watch(self, conn: HTTPConnection, deadline: float) -> "_Watch":
+        watch = _Watch(conn)
+        with self.cond:
+            if self.pid != os.getpid():
+                self.pid, self.heap = os.getpid(), []
+                threading.Thread(target=self._run, name="http-deadlines", daemon=True).start()
+            heapq.heappush(self.heap, (deadline, next(self.seq), watch))
+            if self.heap[0][2] is watch:
+                self.cond.notify()  # an earlier deadline than the one it sleeps towards
+        return watch
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.heap:
+                    self.cond.wait()
+                deadline, _, watch = self.heap[0]
+                wait = deadline - time.monotonic()
+                if wait > 0:
+                    self.cond.wait(wait)
+                    continue
+                heapq.heappop(self.heap)
+            watch.fire()
+
+
+class _Watch:
+    def __init__(self, conn: HTTPConnection) -> None:
+        self.conn: HTTPConnection | None = conn
+        self.fired = False
+        self.lock = threading.Lock()
+
+    def fire(self) -> None:
+        with self.lock:
+            if self.conn is None:
+                return  # the exchange ended in time
+            self.fired = True
+            sock = getattr(self.conn, "sock", None)
         if sock is not None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 
-    def __enter__(self) -> "_Watchdog":
-        self.timer.start()
+    def __enter__(self) -> "_Watch":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.timer.cancel()
+        with self.lock:
+            self.conn = None  # no longer shut at the deadline, and not kept alive by the heap
+
+
+WATCHDOGS = _Watchdogs()
 
 
 def _connection(address: str, target: Target, timeout: float) -> HTTPConnection:
@@ -151,7 +196,7 @@ def _exchange(address: str, target: Target, method: str, headers: dict, body: by
         raise TransportFailure("the attempt deadline passed before the request was sent", reached=False, deadline=True)
     conn = _connection(address, target, remaining)
     sent = False
-    with _Watchdog(conn, remaining) as watchdog:
+    with WATCHDOGS.watch(conn, policy.deadline) as watchdog:
         try:
             conn.connect()
             sent = True  # from the first byte written the tool may act

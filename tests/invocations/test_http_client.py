@@ -56,6 +56,36 @@ def test_it_ends_a_trickle_at_the_wall_clock_deadline(hostile):
     assert time.monotonic() - started < 2.5
 
 
+def test_one_watchdog_thread_ends_each_concurrent_trickle_at_its_own_deadline(hostile):
+    """Deadlines are kept by one thread per process (not a timer per request): exchanges with
+    different deadlines, started together and in reverse order, each end at their own, and a
+    request that finished in time is left alone."""
+    deadlines = {"late": 2.4, "early": 0.8, "middle": 1.6}
+    ended: dict[str, float] = {}
+    errors: dict[str, TransportFailure] = {}
+    started = time.monotonic()
+
+    def fetch(name: str) -> None:
+        try:
+            send(_get(f"{hostile.base}/trickle?bytes=30"), _policy(hostile, deadline=started + deadlines[name]))
+        except TransportFailure as exc:
+            errors[name] = exc
+        ended[name] = time.monotonic() - started
+
+    threads = [threading.Thread(target=fetch, args=(name,)) for name in deadlines]
+    for thread in threads:
+        thread.start()
+    quick = send(_get(f"{hostile.base}/page/small"), _policy(hostile, deadline=time.monotonic() + 0.5))
+    for thread in threads:
+        thread.join(10)
+    assert quick.status == 200
+    assert set(errors) == set(deadlines) and all(exc.deadline for exc in errors.values())
+    for name, deadline in deadlines.items():
+        assert deadline <= ended[name] < deadline + 0.6, (name, ended)
+    watchers = [t for t in threading.enumerate() if t.name == "http-deadlines"]
+    assert len(watchers) == 1
+
+
 def test_it_answers_a_redirect_with_the_3xx_when_none_may_be_followed(hostile):
     before = len(hostile.log)
     resp = send(_get(f"{hostile.base}/chain/2"), _policy(hostile))
