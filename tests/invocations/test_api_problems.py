@@ -167,16 +167,23 @@ def test_a_broker_outage_still_admits_201_queued_and_the_sweep_sends_the_call_on
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_mcp_tools_call_during_a_broker_outage_is_admitted_and_waits_for_the_sweep(broker_on_private_redis):
+def test_an_mcp_tools_call_during_a_broker_outage_is_admitted_and_waits_for_the_sweep(broker_on_private_redis, settings):
     """The MCP front door admits through the same service: with the broker down the call is
-    recorded and the client told to wait, not answered with an error."""
+    recorded and the client told to wait, not answered with an error. A read the MCP process
+    runs itself (inline reads, the default) needs no broker at all: it is answered."""
     load_demo(token="tko_mcp_outage_token")
     agent = Subject.objects.get(name="demo-agent")
-    request = McpRequest(subject=agent, session_id="s-outage", request_id=1, protocol_version="2025-11-25", meta={})
     broker_on_private_redis.stop()
+    settings.TOOLOPS_MCP_INLINE_READS = False
+    request = McpRequest(subject=agent, session_id="s-outage", request_id=1, protocol_version="2025-11-25", meta={})
     outcome = mcp_tool_call(request=request, name="weather-get_forecast_v1", arguments_bytes=GOOD_ARGS.encode())
     assert outcome.result is None and outcome.wait_for is not None
     assert Invocation.objects.get(pk=outcome.wait_for).state == "AUTHORIZED"
+    settings.TOOLOPS_MCP_INLINE_READS = True
+    request = McpRequest(subject=agent, session_id="s-outage", request_id=2, protocol_version="2025-11-25", meta={})
+    inline = mcp_tool_call(request=request, name="weather-get_forecast_v1", arguments_bytes=GOOD_ARGS.encode())
+    assert inline.result is not None and inline.result["isError"] is False
+    assert Invocation.objects.get(pk=inline.invocation_id).state == "OBSERVED"
 
 
 # --------------------------------------------------------------------------- database outage
