@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from toolops import egress_net, mcp_client
+from toolops.db_batch import execute_one
 from toolops.runtime.egress import EgressRefused
 from toolops.runtime.mcp_definitions import (
     QUARANTINED, Watch, definition_sha256, governed_definition, proposed_class, toolops_name, watch_next,
@@ -288,8 +289,16 @@ def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
 
 
 def upstream_state_for_ref(*, name: str, version: int) -> str | None:
-    """The watch state of an imported tool version in one indexed read; None when not imported."""
-    return UpstreamTool.objects.filter(tool_spec__name=name, tool_spec__version=version).values_list("state", flat=True).first()
+    """The watch state of an imported tool version in one indexed read; None when not imported.
+    Every MCP-executor attempt asks, so it is a lean prepared statement (``toolops.db_batch``),
+    not a queryset built per call."""
+    conn = connections[DEFAULT_DB_ALIAS]
+    quote = conn.ops.quote_name
+    rows = execute_one(
+        f"SELECT u.{quote('state')} FROM {quote(UpstreamTool._meta.db_table)} u "
+        f"JOIN {quote(ToolSpec._meta.db_table)} t ON u.{quote('tool_spec_id')} = t.{quote('id')} "
+        f"WHERE t.{quote('name')} = %s AND t.{quote('version')} = %s LIMIT 1", [name, int(version)])
+    return rows[0][0] if rows else None
 
 
 def upstream_alerts(*, limit: int = 50) -> tuple[list[UpstreamTool], list[UpstreamTool]]:
