@@ -11,6 +11,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import threading
 import uuid
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ from ..tool_messages import tool_message
 from ..admission import parser_limits, proposal_admit
 from ..runs import model_call_create
 from .runs import mcp_run_and_listing, mcp_run_get_or_open, run_rule
+
+logger = logging.getLogger(__name__)
 
 STATUS_TOOL = "toolops.invocation_status"
 IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
@@ -223,8 +226,14 @@ def _run_inline(invocation: Invocation) -> dict | None:
     """Run the read admission just claimed for this process (``executes_reads_itself``) with the
     execution service a worker runs (attempt rows, events, retry rules, tool messages). Returns
     the recorded MCP tool message when that ended the call, else None (a retry is scheduled for
-    the workers) and the caller waits as for any call."""
-    done = run_claimed_at_admission(invocation)
+    the workers) and the caller waits as for any call. An error on the way (the database lost
+    mid-record) is logged and also answered by waiting: the attempt is left open, its lease
+    lapses, and recovery retries the read as it does for a worker that died."""
+    try:
+        done = run_claimed_at_admission(invocation)
+    except Exception:  # noqa: BLE001 - logged; the record and recovery carry the call on
+        logger.exception("inline read %s did not finish here; left to recovery", invocation.pk)
+        return None
     message = (done.written_tool_messages or {}).get("mcp")
     return json.loads(message) if message is not None and done.state in TERMINAL else None
 

@@ -236,3 +236,23 @@ def test_a_read_claimed_at_admission_by_a_process_that_then_died_is_recovered_li
     assert _execute(str(invocation.pk)) == "ran"  # the retry's message, as a worker gets it
     state, events, attempts, formats = _trail(invocation.pk)
     assert state == "OBSERVED" and [number for number, _, _ in attempts] == [1, 2] and "mcp" in formats
+
+
+def test_an_inline_read_that_fails_on_the_way_is_answered_by_waiting_and_left_to_recovery(agent, monkeypatch, caplog):
+    """The database fails while the inline read is being recorded: the client is not handed an
+    error for a call that is on the record; it waits, and the open attempt's lease lets recovery
+    finish the read."""
+    from django.db import OperationalError
+
+    import invocations_app.execution as execution
+    from invocations_app.models import Attempt
+
+    def lost(**kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(execution, "execution_record", lost)
+    outcome = mcp_tool_call(request=_request(agent, 1), name="weather-get_forecast_v1", arguments_bytes=WEATHER_ARGS)
+    assert outcome.result is None and outcome.wait_for == outcome.invocation_id
+    assert Invocation.objects.get(pk=outcome.invocation_id).state == "EXECUTING"
+    assert Attempt.objects.get(invocation_id=outcome.invocation_id).ended_at is None  # recovery's to take
+    assert "left to recovery" in caplog.text
