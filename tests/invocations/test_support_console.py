@@ -28,7 +28,7 @@ from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import invocation_transition
 from specs_app.models import Subject, ToolSpec
 from tests.builders import allow_approving, allow_resolving, CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
-from tests.conftest import require_postgres
+from tests.conftest import open_demo_services, require_postgres
 from toolops.runtime.tracecontext import new_span_id
 
 pytestmark = pytest.mark.django_db
@@ -132,7 +132,7 @@ def demo_services(settings, tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
-    settings.TOOLOPS_DEMO_SERVICES_URL = base
+    open_demo_services(settings, base)
     yield base
     server.shutdown()
     server.server_close()
