@@ -26,6 +26,17 @@ def require_corpus(name: str) -> Path:
     return path
 
 
+def open_demo_services(settings, base: str) -> None:
+    """Point the demo ToolSpecs at the demo services on ``base`` and open that address in the
+    operator's allow-list (``settings.TOOLOPS_EGRESS_ALLOW``), as ``make run`` does: nothing is
+    open by default. A process started after this gets the list as its ``TOOLOPS_EGRESS_ALLOW``
+    (``tests/integration/conftest.py::_settings_env``)."""
+    from toolops.egress_net import allow_with
+
+    settings.TOOLOPS_DEMO_SERVICES_URL = base
+    settings.TOOLOPS_EGRESS_ALLOW = allow_with(settings.TOOLOPS_EGRESS_ALLOW, base)
+
+
 def using_postgres() -> bool:
     from django.conf import settings
 

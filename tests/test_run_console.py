@@ -45,6 +45,16 @@ def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
         token = (var / "demo_token").read_text().strip()
         tools = requests.get(base + "/api/v1/tools", headers={"Authorization": f"Bearer {token}"}, timeout=5)
         assert tools.status_code == 200 and tools.json()["tools"]
+        # Nothing is open by default: make run opens the demo services' address (and the demo notes
+        # MCP server's) for every process it starts — the web process, the MCP server, the demo servers.
+        demo = f"127.0.0.1:{demo_port}"
+        assert "egress allow-list: " in log.read_text() and demo in log.read_text()
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(children) >= 4, children
+        for pid in children:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            [allow] = [e.decode() for e in environ if e.startswith(b"TOOLOPS_EGRESS_ALLOW=")]
+            assert demo in allow.split("=", 1)[1].split(","), (pid, allow)
     finally:
         proc.send_signal(signal.SIGINT)
         try:

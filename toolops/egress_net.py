@@ -7,10 +7,11 @@ IP and port) and the connection made to the checked address. The HTTP executor
 MCP import and refresh (``specs_app.upstream``) all check through here, so an upstream URL
 cannot reach an address the operator did not open whichever of them uses it.
 
-``operator_openers`` is the operator's allow-list (``TOOLOPS_EGRESS_ALLOW``) plus the demo
-services' own address (``TOOLOPS_DEMO_SERVICES_URL``, which the demo ToolSpecs call). Nothing
-else is open by default — the demo notes MCP server included: ``make run`` names it in the
-allow-list of the processes it starts (``run_console.demo_egress_allow``).
+``operator_openers`` is the operator's allow-list (``TOOLOPS_EGRESS_ALLOW``) and nothing else:
+no private address is open by default — not the demo services' (``TOOLOPS_DEMO_SERVICES_URL``,
+which the demo ToolSpecs call) nor the demo notes MCP server's. ``make run`` names both in the
+allow-list of the processes it starts (``run_console.demo_egress_allow``); tests and benches that
+run the demo services open them the same way (``allow_with``).
 """
 from __future__ import annotations
 
@@ -37,17 +38,26 @@ class TransportFailure(Exception):
 
 
 def operator_openers() -> frozenset[tuple[str, int]]:
-    """The (address, port) pairs the operator lets ToolSpec-fixed endpoints (and MCP upstreams)
-    reach although they are private: ``TOOLOPS_EGRESS_ALLOW`` and the demo services' address."""
+    """The (address, port) pairs the operator lets ToolSpec-fixed endpoints, webhook receivers
+    and MCP upstreams reach although they are private: exactly ``TOOLOPS_EGRESS_ALLOW`` (empty by
+    default). The demo services' address is not among them unless the operator names it."""
     entries = list(getattr(settings, "TOOLOPS_EGRESS_ALLOW", ()) or ())
-    demo = host_port(settings.TOOLOPS_DEMO_SERVICES_URL)
-    if demo:
-        entries.append(demo)
     try:
         return frozenset(openers_from_allowlist(entries))
     except ValueError:
-        logger.warning("TOOLOPS_EGRESS_ALLOW / TOOLOPS_DEMO_SERVICES_URL name a host, not an address: ignored")
+        logger.warning("TOOLOPS_EGRESS_ALLOW names a host, not an address: ignored")
         return frozenset()
+
+
+def allow_with(entries, *urls: str) -> list[str]:
+    """The allow-list ``entries`` plus the ``IP:PORT`` of each URL (with an explicit port), each
+    once, in order — how ``make run``, tests and benches open the demo addresses explicitly."""
+    out = list(entries or ())
+    for url in urls:
+        address = host_port(url)
+        if address and address not in out:
+            out.append(address)
+    return out
 
 
 def host_port(url: str) -> str | None:

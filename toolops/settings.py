@@ -425,8 +425,8 @@ TOOLOPS_NOTIFY_BY_EMAIL = env_bool("TOOLOPS_NOTIFY_BY_EMAIL", False)
 
 TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
 # Egress (SPEC §5): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
-# (the demo services' own address is always included; nothing else, the demo notes MCP server
-# neither: `make run` adds it for the processes it starts). A model-supplied URL needs a grant
+# (nothing is open by default, the demo services and the demo notes MCP server neither: `make run`
+# adds both addresses for the processes it starts). A model-supplied URL needs a grant
 # naming the address instead. The MCP executor, `mcp_import` and the upstream refresh obey it too.
 TOOLOPS_EGRESS_ALLOW = [e.strip() for e in os.environ.get("TOOLOPS_EGRESS_ALLOW", "").split(",") if e.strip()]
 # The HMAC key for remote idempotency keys (toolops/runtime/remote_keys.py); default: derived

@@ -15,7 +15,7 @@ from invocations_app.transitions import event_append
 from tests.builders import allow_approving, allow_resolving, CALENDAR_ARGS, PASSWORD, make_demo_spec, make_staff
 from tests.conftest import REPO_ROOT
 from tests.invocations.test_support_console import (
-    PAYMENT_ARGS, make_finance_agent, make_planner, make_unknown,
+    PAYMENT_ARGS, make_finance_agent, make_planner, make_unknown, open_but_nobody_listens,
 )
 
 pytestmark = pytest.mark.browser
@@ -65,7 +65,9 @@ def forged_post(page, url: str, form: dict) -> tuple[int, str]:
     )
 
 
-def test_it_lets_support_look_up_then_mark_an_unknown_transfer_not_committed(login, live_server, payments, finance):
+def test_it_lets_support_look_up_then_mark_an_unknown_transfer_not_committed(login, live_server, payments, finance,
+                                                                             settings):
+    open_but_nobody_listens(settings)
     unknown = make_unknown(finance, payments, PAYMENT_ARGS)
     support = make_staff(username="support")
     allow_resolving(user=support, spec=payments)
@@ -207,8 +209,10 @@ def minutes_ago(minutes: float):
         yield
 
 
-def test_it_saves_a_screenshot_of_the_queue_for_the_readme(login, live_server, payments, finance):
+def test_it_saves_a_screenshot_of_the_queue_for_the_readme(login, live_server, payments, finance, settings):
     from invocations_app.resolutions import resolution_lookup, resolution_mark_not_committed
+
+    open_but_nobody_listens(settings)  # the look-up below is "not reached", as in production with the tool down
 
     calendar = make_demo_spec(name="calendar.create_event")
     careful = make_demo_spec(name="payments.transfer", four_eyes=True, version=2)

@@ -21,7 +21,7 @@ import requests
 from rest_framework.test import APIClient
 
 from tests.builders import Agent, make_token
-from tests.conftest import REPO_ROOT, require_postgres, require_redis
+from tests.conftest import REPO_ROOT, open_demo_services, require_postgres, require_redis
 
 
 @pytest.fixture(scope="session")
@@ -180,6 +180,8 @@ def module_worker(demo_services, django_db_setup, tmp_path_factory):
     from django.conf import settings
     from django.db import connection
 
+    from toolops.egress_net import allow_with
+
     db = settings.DATABASES["default"]
     tmp = tmp_path_factory.mktemp("worker")
     env = {
@@ -191,6 +193,8 @@ def module_worker(demo_services, django_db_setup, tmp_path_factory):
         "TOOLOPS_DEMO_SERVICES_URL": demo_services.base,
         "TOOLOPS_VAR_DIR": str(tmp / "var"),
         **_settings_env(settings),
+        # Nothing is open by default: the demo services' address, opened as an operator would.
+        "TOOLOPS_EGRESS_ALLOW": ",".join(allow_with(settings.TOOLOPS_EGRESS_ALLOW, demo_services.base)),
     }
     w = Worker(env, tmp / "worker.log")
     yield w
@@ -205,7 +209,7 @@ def worker_env(module_worker, demo_services, settings, transactional_db):
     from tests.conftest import require
 
     require(settings.CELERY_BROKER_URL.startswith("redis"), "needs a Redis broker: CELERY_BROKER_URL=redis://...")
-    settings.TOOLOPS_DEMO_SERVICES_URL = demo_services.base
+    open_demo_services(settings, demo_services.base)
     demo_services.reset()
     _purge(settings.CELERY_TASK_DEFAULT_QUEUE)
     yield module_worker.env
@@ -286,7 +290,7 @@ def demo_agent(transactional_db, demo_services, settings):
     from specs_app.demo import load_demo
     from specs_app.models import Subject
 
-    settings.TOOLOPS_DEMO_SERVICES_URL = demo_services.base
+    open_demo_services(settings, demo_services.base)
 
     load_demo(token="tko_integration_token")
     subject = Subject.objects.get(name="demo-agent")

@@ -28,7 +28,7 @@ from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import invocation_transition
 from specs_app.models import Subject, ToolSpec
 from tests.builders import allow_approving, allow_resolving, CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
-from tests.conftest import require_postgres
+from tests.conftest import open_demo_services, require_postgres
 from toolops.runtime.tracecontext import new_span_id
 
 pytestmark = pytest.mark.django_db
@@ -39,6 +39,12 @@ TIMEOUT_ERROR = {"code": "outcome_unknown", "message": "ReadTimeout talking to t
 
 
 # --- builders (shared with tests/browser/test_support_console.py) ------------------------------
+
+def open_but_nobody_listens(settings) -> None:
+    """The demo services' address opened by the operator (nothing is open by default), with
+    nothing listening behind it (port 9, discard): a look-up is not reached, not refused."""
+    open_demo_services(settings, "http://127.0.0.1:9")
+
 
 def make_finance_agent(*, tenant_slug: str = "acme", name: str = "finance-bot", currency: str = "EUR") -> Subject:
     tenant = make_tenant(slug=tenant_slug)
@@ -132,7 +138,7 @@ def demo_services(settings, tmp_path):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
-    settings.TOOLOPS_DEMO_SERVICES_URL = base
+    open_demo_services(settings, base)
     yield base
     server.shutdown()
     server.server_close()
@@ -233,7 +239,8 @@ def test_it_requires_a_staff_login_csrf_and_post(unknown, support):
 
 # --- look up now -----------------------------------------------------------------------------------
 
-def test_it_looks_up_now_shows_the_answer_records_who_and_why_and_changes_nothing(unknown, support):
+def test_it_looks_up_now_shows_the_answer_records_who_and_why_and_changes_nothing(unknown, support, settings):
+    open_but_nobody_listens(settings)
     client = client_for(support)
     resp = act(client, unknown, "lookup", reason="customer asks whether the money left")
     [message] = messages_of(resp)

@@ -81,7 +81,7 @@ def test_the_demo_notes_server_is_not_open_by_default(settings):
     settings.TOOLOPS_EGRESS_ALLOW = []
     settings.TOOLOPS_DEMO_NOTES_MCP_URL = "http://127.0.0.1:8766/mcp"
     settings.TOOLOPS_DEMO_SERVICES_URL = "http://127.0.0.1:8765"
-    assert operator_openers() == frozenset({("127.0.0.1", 8765)})
-    # `make run` opens it, explicitly, for the processes it starts — and keeps the operator's entries.
+    assert operator_openers() == frozenset()  # nor the demo services': nothing is open by default
+    # `make run` opens both, explicitly, for the processes it starts — and keeps the operator's entries.
     settings.TOOLOPS_EGRESS_ALLOW = ["10.0.0.7:443"]
-    assert demo_egress_allow() == "10.0.0.7:443,127.0.0.1:8766"
+    assert demo_egress_allow() == "10.0.0.7:443,127.0.0.1:8766,127.0.0.1:8765"

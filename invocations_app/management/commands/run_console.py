@@ -19,7 +19,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from specs_app.demo import load_demo
-from toolops.egress_net import host_port
+from toolops.egress_net import allow_with
 
 
 def mcp_command(python: str) -> list[str]:
@@ -32,13 +32,12 @@ def mcp_command(python: str) -> list[str]:
 
 def demo_egress_allow() -> str:
     """``TOOLOPS_EGRESS_ALLOW`` for the processes ``make run`` starts: the operator's own entries
-    plus, explicitly, the demo notes MCP server's address (loopback, so refused by default) —
-    the demo imports it and its worker calls it. Nothing else is opened."""
-    entries = list(settings.TOOLOPS_EGRESS_ALLOW)
-    notes = host_port(settings.TOOLOPS_DEMO_NOTES_MCP_URL)
-    if notes and notes not in entries:
-        entries.append(notes)
-    return ",".join(entries)
+    plus, explicitly, the demo notes MCP server's address (the demo imports it, the worker calls
+    it) and the demo services' address (the demo ToolSpecs' fixed endpoints, called by the worker
+    and by the MCP server's inline reads). Both are loopback, so refused by default; nothing
+    else is opened."""
+    return ",".join(allow_with(settings.TOOLOPS_EGRESS_ALLOW, settings.TOOLOPS_DEMO_NOTES_MCP_URL,
+                               settings.TOOLOPS_DEMO_SERVICES_URL))
 
 
 class Command(BaseCommand):
@@ -57,8 +56,11 @@ class Command(BaseCommand):
         token = token_file.read_text().strip()
         info = load_demo(token=token)
         python = sys.executable
-        # Child processes inherit it: the web process (the console's import), the worker (calls, refresh).
+        # Every process started below inherits it (each builds its env from os.environ): the web
+        # process (the console's import, support resends), the MCP server (inline reads), the worker
+        # (calls, refresh). This process's own settings get it too, for anything it runs itself.
         os.environ["TOOLOPS_EGRESS_ALLOW"] = allow = demo_egress_allow()
+        settings.TOOLOPS_EGRESS_ALLOW = allow.split(",") if allow else []
         demo_port = settings.TOOLOPS_DEMO_SERVICES_URL.rsplit(":", 1)[-1].strip("/")
         if dev:
             web = subprocess.Popen([python, "manage.py", "runserver", addr, "--insecure", "--noreload"])
@@ -84,8 +86,8 @@ class Command(BaseCommand):
         self.stdout.write(f"demo services:    {settings.TOOLOPS_DEMO_SERVICES_URL} (calendar, payments, web pages)")
         self.stdout.write(f"demo MCP server:  {settings.TOOLOPS_DEMO_NOTES_MCP_URL} (notes; govern it: README, "
                           "'Governing an MCP server')")
-        self.stdout.write(f"egress allow-list: {allow} (TOOLOPS_EGRESS_ALLOW, for the demo; the demo services' own "
-                          "address is always open)")
+        self.stdout.write(f"egress allow-list: {allow} (TOOLOPS_EGRESS_ALLOW, for the demo's processes only; nothing "
+                          "is open by default)")
         self.stdout.write(f"admin login:      {info['admin']} / admin (change it: manage.py changepassword admin)")
         self.stdout.write(f"demo API token:   {token}")
         self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")
