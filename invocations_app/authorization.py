@@ -20,7 +20,7 @@ from specs_app.selectors import capability_classes, grant_snapshots
 from specs_app.upstream import upstream_gate
 from toolops.runtime.approval_policy import ApprovalPolicy, PolicyError, earliest_escalation
 from toolops.runtime.authorization import AuthContext, Decision, Effect, GrantSnapshot, Reason, Usage, authorize
-from toolops.runtime.requirements import RequirementError, requirements_for
+from toolops.runtime.requirements import RequirementError, money_currency, requirements_for
 from toolops.runtime.admission import Step
 from toolops.runtime.states import State
 
@@ -104,13 +104,14 @@ def authorization_decide(
     gate = upstream_gate(spec=spec)  # None unless the tool is imported from an MCP server
     policy = spec.confirmation_policy or {}
     spec_approval, policy_error = _spec_approval(policy)
+    currency = None
     if policy_error is not None:
         decision, amounts = Decision(Effect.DENY, (Reason("misconfigured_tool", None, "", policy_error),), ()), {}
     elif gate is not None and gate.quarantined:
         decision, amounts = Decision(Effect.DENY, (Reason(
             "tool_quarantined", None, "", f"{spec.ref} is quarantined: its upstream definition {gate.state}"),), ()), {}
     else:
-        decision, amounts = _decide(
+        decision, amounts, currency = _decide(
             spec=spec, tenant=tenant, subject=subject, run_id=run_id, invocation_id=invocation_id,
             arguments=normalized_arguments, now=now, counter=counter, spec_approval=spec_approval,
         )
@@ -129,7 +130,7 @@ def authorization_decide(
     fields, standing = {}, None
     if needs_human:
         fields, standing = _human_step(decision=decision, spec=spec, spec_approval=spec_approval, run_id=run_id,
-                                       amounts=amounts, now=now, record=record)
+                                       amounts=amounts, currency=currency, now=now, record=record)
         needs_human = standing is None
     return AuthOutcome(
         decision=decision, record=record, needs_human=needs_human,
@@ -151,7 +152,8 @@ def _spec_approval(confirmation_policy: dict) -> tuple[ApprovalPolicy | None, st
         return None, f"the tool's approval policy is unusable: {exc}"
 
 
-def _human_step(*, decision: Decision, spec: ToolSpec, spec_approval, run_id, amounts: dict, now: datetime, record: dict):
+def _human_step(*, decision: Decision, spec: ToolSpec, spec_approval, run_id, amounts: dict, currency: str | None,
+                now: datetime, record: dict):
     """A call that needs a person: its quorum and escalation, or a standing approval that stands in.
 
     Updates ``record`` (the authorization record) with what was decided; returns the pending
@@ -161,7 +163,7 @@ def _human_step(*, decision: Decision, spec: ToolSpec, spec_approval, run_id, am
     escalation = decision.escalation or earliest_escalation([spec_approval])
     standing = standing_approval_take(
         run_id=run_id, tool_spec_id=spec.pk, approvals_needed=approvals, now=now,
-        amount=max((a for a in amounts.values() if a is not None), default=None),
+        amount=max((a for a in amounts.values() if a is not None), default=None), currency=currency,
     ) if run_id is not None else None
     if standing is not None:
         record["decision"] = "allow"
@@ -238,13 +240,15 @@ def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now, spec_ap
 
 
 def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments, now, counter, spec_approval=None):
-    """The decision and the amount per capability (reservations are taken for allowed calls)."""
+    """The decision, the amount per capability and the amounts' currency (reservations are
+    taken for allowed calls)."""
     inputs = _decision_inputs(spec=spec, tenant=tenant, subject=subject, arguments=arguments, now=now,
                               spec_approval=spec_approval)
     if isinstance(inputs, Decision):
-        return inputs, {}
+        return inputs, {}, None
     requirements, grants, ctx = inputs
     amounts = {r.capability: r.amount for r in requirements}
+    currency = money_currency(requirements)
     # Reserve counting limits for the grants the pure decision picked, all or nothing: if one
     # loses (a concurrent caller took the last unit), the others are released and the decision
     # re-run with that grant's failed limit marked, so a spare grant may serve instead.
@@ -252,11 +256,11 @@ def _decide(*, spec: ToolSpec, tenant, subject, run_id, invocation_id, arguments
     while True:
         decision = authorize(requirements=requirements, grants=grants, ctx=replace(ctx, usage=usage))
         if decision.effect == Effect.DENY:
-            return decision, amounts
+            return decision, amounts, currency
         counted = [g for g in decision.used_grants if _counting(g)]
         failed = _reserve_all(counted, counter, run_id, invocation_id, amounts, now)
         if not failed:
-            return decision, amounts
+            return decision, amounts, currency
         for grant, failures in failed.items():
             usage[grant.grant_id] = _usage_failing(grant, failures)
 

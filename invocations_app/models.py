@@ -9,6 +9,7 @@ from django.db.models import Q
 from django.conf import settings
 
 from specs_app.models import Grant, Subject, Tenant, ToolSpec
+from toolops.runtime.approval_display import format_money
 from toolops.runtime.states import State
 
 STATE_CHOICES = [(s.value, s.value) for s in State]
@@ -354,6 +355,9 @@ class StandingApproval(models.Model):
     from_confirmation = models.ForeignKey(Confirmation, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     reason = models.TextField()
     max_amount = models.BigIntegerField(null=True, blank=True, help_text="minor units per call; empty = no cap")
+    # The currency of max_amount: the granting call's ("" when it stated none, or no cap). A
+    # call in another currency is not covered; amounts of two currencies are never compared.
+    currency = models.CharField(max_length=3, blank=True, default="")
     max_calls = models.PositiveIntegerField(null=True, blank=True)
     calls_covered = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField()
@@ -375,6 +379,15 @@ class StandingApproval(models.Model):
 
     def __str__(self) -> str:
         return f"standing approval of {self.tool_spec} in {self.run_id}"
+
+    @property
+    def max_amount_display(self) -> str:
+        """The cap as a person reads it: ``500.00 EUR``, or minor units when no currency is known."""
+        if self.max_amount is None:
+            return "any amount"
+        if self.currency:
+            return f"amount ≤ {format_money(self.max_amount, self.currency)}"
+        return f"amount ≤ {self.max_amount} (minor units, no currency stated)"
 
 
 class GrantUsage(models.Model):

@@ -17,14 +17,28 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from specs_app.selectors import capability_classes
 from toolops.errors import ApplicationError, Conflict
 from toolops.runtime.approval_policy import StandingLimits, standing_failure
+from toolops.runtime.requirements import RequirementError, money_currency, requirements_for
 
 from .confirmations import confirmation_approve, refuse_if_acting_for
 from .models import Confirmation, StandingApproval
 from .transitions import event_append
 
 MAX_STANDING_MINUTES = 24 * 60
+
+
+def call_currency_of(*, spec, arguments) -> str | None:
+    """The currency of a recorded call's amounts, read from its normalized arguments as
+    authorization reads it (None when the call states none or the ToolSpec names no amount)."""
+    declared = list(spec.required_capabilities or [])
+    try:
+        requirements = requirements_for(declared=declared, operation_classes=capability_classes(
+            [entry["capability"] for entry in declared]), arguments=arguments, normalizers=spec.normalizers)
+    except RequirementError:
+        return None
+    return money_currency(requirements)
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,7 @@ class StandingUse:
         s = self.standing
         return {
             "id": str(s.pk), "granted_by": s.granted_by.get_username(), "expires_at": s.expires_at.isoformat(),
-            "max_amount": s.max_amount, "max_calls": s.max_calls, "reason": s.reason,
+            "max_amount": s.max_amount, "currency": s.currency or None, "max_calls": s.max_calls, "reason": s.reason,
             "from_confirmation_id": str(s.from_confirmation_id) if s.from_confirmation_id else None,
         }
 
@@ -50,14 +64,17 @@ class StandingUse:
         StandingApproval.objects.filter(pk=self.standing.pk, calls_covered__gt=0).update(calls_covered=F("calls_covered") - 1)
 
 
-def standing_approval_take(*, run_id, tool_spec_id, amount: int | None, approvals_needed: int, now: datetime) -> StandingUse | None:
-    """Count this call against the oldest live standing approval that covers it; None if none does."""
+def standing_approval_take(*, run_id, tool_spec_id, amount: int | None, approvals_needed: int, now: datetime,
+                           currency: str | None = None) -> StandingUse | None:
+    """Count this call against the oldest live standing approval that covers it; None if none
+    does. ``currency``: the call's amounts' (a cap in another currency does not cover it)."""
     live = (StandingApproval.objects.filter(run_id=run_id, tool_spec_id=tool_spec_id, revoked_at__isnull=True, expires_at__gt=now)
             .select_related("granted_by").order_by("created_at"))  # index invocations_standing_live
     for standing in live:
         failure = standing_failure(
-            StandingLimits(max_amount=standing.max_amount, max_calls=standing.max_calls), amount=amount,
-            calls_covered=standing.calls_covered, approvals_needed=approvals_needed, expired=False, revoked=False,
+            StandingLimits(max_amount=standing.max_amount, max_calls=standing.max_calls, currency=standing.currency or None),
+            amount=amount, currency=currency, calls_covered=standing.calls_covered, approvals_needed=approvals_needed,
+            expired=False, revoked=False,
         )
         if failure is not None:
             continue
@@ -87,17 +104,21 @@ def standing_approval_grant(
         raise ApplicationError(f"this call needs {confirmation.approvals_needed} approvers; a standing approval is one "
                                "person's and covers only single-approver calls", code="invalid_standing_approval")
     refuse_if_acting_for(confirmation.run, user)
+    # The cap is in the currency of the call being approved: what the person saw.
+    currency = call_currency_of(spec=confirmation.tool_spec, arguments=confirmation.invocation.normalized_arguments) or ""
     now = timezone.now()
     with transaction.atomic():
         confirmation_approve(confirmation=confirmation, user=user, digest_seen=confirmation.digest, reason=reason)
         standing = StandingApproval.objects.create(
             run_id=confirmation.run_id, tool_spec_id=confirmation.tool_spec_id, tenant_id=confirmation.tenant_id,
             granted_by=user, from_confirmation=confirmation, reason=reason.strip(), max_amount=max_amount,
-            max_calls=max_calls, created_at=now, expires_at=now + timedelta(minutes=minutes),
+            currency=currency if max_amount is not None else "", max_calls=max_calls, created_at=now,
+            expires_at=now + timedelta(minutes=minutes),
         )
         event_append(invocation=confirmation.invocation, kind="standing_approval_granted", actor=f"user:{user.username}", data={
             "standing_approval_id": str(standing.pk), "tool": confirmation.tool_spec.ref, "run_id": str(confirmation.run_id),
-            "expires_at": standing.expires_at.isoformat(), "max_amount": max_amount, "max_calls": max_calls,
+            "expires_at": standing.expires_at.isoformat(), "max_amount": max_amount,
+            "currency": standing.currency or None, "max_calls": max_calls,
             "reason": standing.reason,
         })
     return standing

@@ -244,6 +244,33 @@ def test_a_standing_approval_covers_the_next_in_limit_call_and_not_an_over_limit
     assert standing.calls_covered == 1
 
 
+def test_a_standing_approval_caps_amounts_in_the_currency_of_the_call_it_was_granted_on(run, payments):
+    """50.00 EUR is not 50.00 of anything else: the cap takes the currency of the call it was
+    granted on, is shown with it, and a call in another currency is never compared with it (a
+    person decides that one). Here the grant's EUR policy already refuses a USD call, so the
+    standing approval's own check is asked directly as authorization asks it."""
+    from django.utils import timezone
+
+    from invocations_app.standing_approvals import standing_approval_take
+
+    bob = make_staff(username="bob")
+    first = run.propose(payment_args(2000, currency="EUR"))
+    standing = standing_approval_grant(confirmation=pending(first), user=bob, minutes=30, max_amount=5000, max_calls=None,
+                                       reason="supplier batch")
+    assert standing.currency == "EUR" and standing.max_amount_display == "amount ≤ 50.00 EUR"
+    granted = Event.objects.get(invocation=first, kind="standing_approval_granted")
+    assert granted.data["currency"] == "EUR" and granted.data["max_amount"] == 5000
+
+    take = dict(run_id=standing.run_id, tool_spec_id=payments.pk, amount=1000, approvals_needed=1, now=timezone.now())
+    assert standing_approval_take(currency="USD", **take) is None
+    assert standing_approval_take(currency=None, **take) is None
+    standing.refresh_from_db()
+    assert standing.calls_covered == 0
+
+    same = run.propose(payment_args(5000, currency="EUR"))
+    assert same.state == "PREPARED" and fresh(same).authorization["standing_approval"]["currency"] == "EUR"
+
+
 def test_a_standing_approval_is_scoped_to_its_run_counted_and_revocable(run, finance, payments):
     bob = make_staff(username="bob")
     standing = standing_approval_grant(confirmation=pending(run.propose(payment_args(2000))), user=bob, minutes=30,

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from toolops.runtime.approval_policy import (
-    POLICY_AMOUNT_UNKNOWN, POLICY_DENIED, STANDING_AMOUNT_UNKNOWN, STANDING_CALLS_USED, STANDING_OVER_AMOUNT,
+    POLICY_AMOUNT_UNKNOWN, POLICY_DENIED, STANDING_AMOUNT_UNKNOWN, STANDING_CALLS_USED, STANDING_CURRENCY_MISMATCH, STANDING_OVER_AMOUNT,
     STANDING_QUORUM, ApprovalPolicy, PolicyError, StandingLimits, standing_failure,
 )
 from toolops.runtime.authorization import AuthContext, Effect, GrantSnapshot, Limits, Requirement, authorize
@@ -106,6 +106,19 @@ def test_it_refuses_policies_that_do_not_fit_the_schema(policy, message):
 
 def test_an_empty_policy_is_no_policy():
     assert ApprovalPolicy.from_dict({}) is None and ApprovalPolicy.from_dict(None) is None
+
+
+def test_a_standing_approval_compares_amounts_only_in_its_own_currency():
+    eur = StandingLimits(max_amount=1000, max_calls=None, currency="EUR")
+    common = dict(calls_covered=0, approvals_needed=1, expired=False, revoked=False)
+    assert standing_failure(eur, amount=1000, currency="EUR", **common) is None
+    assert standing_failure(eur, amount=5, currency="USD", **common)[0] == STANDING_CURRENCY_MISMATCH
+    assert standing_failure(eur, amount=5, currency=None, **common)[0] == STANDING_CURRENCY_MISMATCH
+    # A cap granted on a call that stated no currency covers only calls that state none either.
+    bare = StandingLimits(max_amount=1000, max_calls=None)
+    assert standing_failure(bare, amount=5, currency="EUR", **common)[0] == STANDING_CURRENCY_MISMATCH
+    assert standing_failure(bare, amount=5, currency=None, **common) is None
+    assert standing_failure(StandingLimits(max_amount=None, max_calls=None), amount=5, currency="USD", **common) is None
 
 
 @pytest.mark.parametrize(("limits", "amount", "covered", "quorum", "code"), [

@@ -236,21 +236,25 @@ STANDING_EXPIRED = "standing_expired"
 STANDING_REVOKED = "standing_revoked"
 STANDING_OVER_AMOUNT = "standing_over_amount"
 STANDING_AMOUNT_UNKNOWN = "standing_amount_unknown"
+STANDING_CURRENCY_MISMATCH = "standing_currency_mismatch"
 STANDING_CALLS_USED = "standing_calls_used"
 STANDING_QUORUM = "standing_quorum"
 
 
 @dataclass(frozen=True)
 class StandingLimits:
-    """What one standing approval covers: amounts up to ``max_amount`` (minor units, inclusive),
-    at most ``max_calls`` calls, until ``expires_at`` (the caller compares datetimes)."""
+    """What one standing approval covers: amounts up to ``max_amount`` (minor units of
+    ``currency``, inclusive), at most ``max_calls`` calls, until ``expires_at`` (the caller
+    compares datetimes). ``currency`` is the granting call's; amounts in another currency (or
+    none stated where it had one) are never compared with the cap."""
 
     max_amount: int | None
     max_calls: int | None
+    currency: str | None = None
 
 
 def standing_failure(limits: StandingLimits, *, amount: int | None, calls_covered: int, approvals_needed: int,
-                     expired: bool, revoked: bool) -> tuple[str, str] | None:
+                     expired: bool, revoked: bool, currency: str | None = None) -> tuple[str, str] | None:
     """Why a standing approval does not cover a call, as ``(code, message)``; ``None`` when it does.
 
     A standing approval is one person's decision, so it never stands in for a quorum of two or more.
@@ -266,6 +270,9 @@ def standing_failure(limits: StandingLimits, *, amount: int | None, calls_covere
     if limits.max_amount is not None:
         if amount is None:
             return STANDING_AMOUNT_UNKNOWN, "the standing approval caps amounts but the call states none"
+        if currency != limits.currency:
+            return STANDING_CURRENCY_MISMATCH, (f"the call is in {currency or 'no stated currency'}; the standing "
+                                                f"approval caps amounts in {limits.currency or 'no stated currency'}")
         if amount > limits.max_amount:
             return STANDING_OVER_AMOUNT, f"amount {amount} exceeds the standing approval's {limits.max_amount}"
     return None

@@ -105,3 +105,8 @@ def requirements_for(
             datetimes=_datetimes(arguments, entry.get("datetime_pointers") or ()),
         ))
     return requirements
+
+
+def money_currency(requirements) -> str | None:
+    """The currency the call's amounts are in (ISO 4217), when the ToolSpec says where it is."""
+    return next((r.currency for r in requirements if r.amount is not None and r.currency), None)
