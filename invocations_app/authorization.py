@@ -16,11 +16,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from specs_app.models import ToolSpec
-from specs_app.selectors import capability_classes, grant_snapshots
+from specs_app.selectors import call_requirements, grant_snapshots
 from specs_app.upstream import upstream_gate
 from toolops.runtime.approval_policy import ApprovalPolicy, PolicyError, earliest_escalation
 from toolops.runtime.authorization import AuthContext, Decision, Effect, GrantSnapshot, Reason, Usage, authorize
-from toolops.runtime.requirements import RequirementError, money_currency, requirements_for
+from toolops.runtime.requirements import RequirementError, money_currency
 from toolops.runtime.admission import Step
 from toolops.runtime.states import State
 
@@ -225,12 +225,10 @@ def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now, spec_ap
     """``(requirements, grant snapshots, context)``, or a DENY decision for a misconfigured tool.
 
     ``spec_approval``: the ToolSpec's approval policy, applied to grants that carry none."""
-    declared = list(spec.required_capabilities or [])
-    names = [entry["capability"] for entry in declared]
+    names = [entry["capability"] for entry in spec.required_capabilities or []]
     ctx = AuthContext(tenant=tenant.slug, subject_id=str(subject.pk), tool_ref=spec.ref, now=now)
     try:
-        requirements = requirements_for(declared=declared, operation_classes=capability_classes(names), arguments=arguments,
-                                        normalizers=spec.normalizers)
+        requirements = call_requirements(spec=spec, arguments=arguments)
     except RequirementError as exc:
         return Decision(Effect.DENY, (Reason("misconfigured_tool", None, ",".join(names), str(exc)),), ())
     grants = grant_snapshots(tenant=tenant, subject=subject, capabilities=names)

@@ -31,12 +31,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from specs_app.models import Tenant, ToolSpec
-from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys, set_clause, update_by_pk
+from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys, update_by_pk
 from toolops.runtime.deadlines import TimeoutPolicy
 from toolops.runtime.digest import CanonicalizationError, invocation_digest
 from toolops.runtime.execution import Commit, ExecutionOutcome
 from toolops.runtime.retry import Action, RetryPolicy, decide_retry
-from toolops.runtime.states import State, TransitionNotAllowed, is_allowed
+from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
 from toolops import otel
 from toolops.tracelog import trace_scope
@@ -49,7 +49,7 @@ from .models import Attempt, Confirmation, Event, Invocation, Proposal, Run
 from .remote_keys import invocation_remote_key, recorded_remote_key
 from .results import invocation_finish_with_message
 from .tool_messages import redacted, result_policy
-from .transitions import event_append, invocation_transition
+from .transitions import event_append, invocation_transition, transition_in_batch
 
 logger = logging.getLogger(__name__)
 
@@ -221,28 +221,15 @@ def claim_with_admission(invocation: Invocation, *, now: datetime) -> AdmissionC
     that admits it and will run it at once (``proposal_admit(executes_reads_itself=True)``, the
     MCP front door's inline reads): the events, transition and Attempt ``claim_or_inspect``
     would write a moment later, to go in admission's one round trip instead of a second
-    transaction. The row is still born AUTHORIZED (the birth guard) and moved to EXECUTING by
-    an UPDATE along the table's edge. ``invocation`` is the unsaved row (its ``event_seq`` the
-    admission chain's length)."""
-    if not is_allowed(State.AUTHORIZED, State.EXECUTING):
-        raise TransitionNotAllowed(State.AUTHORIZED, State.EXECUTING)
+    transaction (``transitions.transition_in_batch``). The row is still born AUTHORIZED (the
+    birth guard) and moved to EXECUTING by an UPDATE along the table's edge. ``invocation`` is
+    the unsaved row (its ``event_seq`` the admission chain's length)."""
     started, attempt = _attempt_opened(invocation, 1, now)
-    seq = invocation.event_seq
-    common = {"invocation_id": invocation.pk, "trace_id": invocation.trace_id}
-    events = [
-        Event(seq=seq + 1, from_state=State.AUTHORIZED, to_state=State.EXECUTING, kind="execution_started",
-              data={"attempt": 1, "resend_same_key": False}, span_id=invocation.span_id, **common),
-        Event(seq=seq + 2, from_state=State.EXECUTING, to_state=State.EXECUTING, kind=started["kind"], data=started["data"],
-              span_id=started["span_id"], **common),
-    ]
-    fields = {"state": State.EXECUTING, "attempt_count": 1, "next_attempt_at": None, "event_seq": seq + 2, "updated_at": now}
-    conn = connections[DEFAULT_DB_ALIAS]
-    assignments, params = set_clause(Invocation, fields, conn)
-    quote = conn.ops.quote_name
-    sql = (f"UPDATE {quote(Invocation._meta.db_table)} SET {', '.join(assignments)} "
-           f"WHERE {quote(Invocation._meta.pk.column)} = %s AND {quote('state')} = %s")
-    params += [Invocation._meta.pk.get_db_prep_value(invocation.pk, conn), State.AUTHORIZED]
-    return AdmissionClaim(events=events, statements=[(sql, params)], fields=fields, attempt=attempt)
+    events, statement, fields = transition_in_batch(
+        invocation=invocation, src=State.AUTHORIZED, dst=State.EXECUTING, kind="execution_started",
+        data={"attempt": 1, "resend_same_key": False}, fields={"attempt_count": 1, "next_attempt_at": None}, then=[started],
+    )
+    return AdmissionClaim(events=events, statements=[statement], fields=fields, attempt=attempt)
 
 
 def run_claimed_at_admission(invocation: Invocation) -> Invocation:

@@ -17,28 +17,16 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from specs_app.selectors import capability_classes
+from specs_app.selectors import call_requirements
 from toolops.errors import ApplicationError, Conflict
 from toolops.runtime.approval_policy import StandingLimits, standing_failure
-from toolops.runtime.requirements import RequirementError, money_currency, requirements_for
+from toolops.runtime.requirements import RequirementError, money_currency
 
 from .confirmations import confirmation_approve, refuse_if_acting_for
 from .models import Confirmation, StandingApproval
 from .transitions import event_append
 
 MAX_STANDING_MINUTES = 24 * 60
-
-
-def call_currency_of(*, spec, arguments) -> str | None:
-    """The currency of a recorded call's amounts, read from its normalized arguments as
-    authorization reads it (None when the call states none or the ToolSpec names no amount)."""
-    declared = list(spec.required_capabilities or [])
-    try:
-        requirements = requirements_for(declared=declared, operation_classes=capability_classes(
-            [entry["capability"] for entry in declared]), arguments=arguments, normalizers=spec.normalizers)
-    except RequirementError:
-        return None
-    return money_currency(requirements)
 
 
 @dataclass(frozen=True)
@@ -104,8 +92,7 @@ def standing_approval_grant(
         raise ApplicationError(f"this call needs {confirmation.approvals_needed} approvers; a standing approval is one "
                                "person's and covers only single-approver calls", code="invalid_standing_approval")
     refuse_if_acting_for(confirmation.run, user)
-    # The cap is in the currency of the call being approved: what the person saw.
-    currency = call_currency_of(spec=confirmation.tool_spec, arguments=confirmation.invocation.normalized_arguments) or ""
+    currency = _call_currency(confirmation)
     now = timezone.now()
     with transaction.atomic():
         confirmation_approve(confirmation=confirmation, user=user, digest_seen=confirmation.digest, reason=reason)
@@ -122,6 +109,16 @@ def standing_approval_grant(
             "reason": standing.reason,
         })
     return standing
+
+
+def _call_currency(confirmation: Confirmation) -> str:
+    """The currency the call being approved states its amount in, read as authorization reads
+    it: the cap is in that currency, the one the person saw ("" when none is stated)."""
+    try:
+        requirements = call_requirements(spec=confirmation.tool_spec, arguments=confirmation.invocation.normalized_arguments)
+    except RequirementError:
+        return ""
+    return money_currency(requirements) or ""
 
 
 def standing_approval_revoke(*, standing: StandingApproval, user, reason: str) -> StandingApproval:

@@ -56,24 +56,15 @@ def invocation_transition(
     """
     if not is_allowed(src, dst):
         raise TransitionNotAllowed(src, dst)
-    fields = dict(fields or {})
-    fields["state"] = dst
-    fields["updated_at"] = timezone.now()
+    fields = {**(fields or {}), "state": dst, "updated_at": timezone.now()}
     # No savepoint: the UPDATE and the events commit with the caller's transaction (or alone).
     # A lost race writes nothing, so the conflict is raised *after* the block and leaves the
     # caller's transaction usable; savepoints here cost two round trips per transition.
     with transaction.atomic(savepoint=False):
         row = _update_returning_seq(invocation.pk, fields, src=src, by=1 + len(then))
         if row is not None:
-            first = row[0] - len(then)
-            events = [Event(
-                invocation_id=invocation.pk, seq=first, from_state=src, to_state=dst, kind=kind, data=data or {},
-                actor=actor, trace_id=invocation.trace_id, span_id=span_id or invocation.span_id,
-            )] + [Event(
-                invocation_id=invocation.pk, seq=first + n, from_state=dst, to_state=dst, kind=extra["kind"],
-                data=extra.get("data") or {}, actor=actor, trace_id=invocation.trace_id,
-                span_id=extra.get("span_id") or invocation.span_id,
-            ) for n, extra in enumerate(then, start=1)]
+            events = _transition_events(invocation, src=src, dst=dst, kind=kind, data=data, actor=actor, span_id=span_id,
+                                        then=then, first=row[0] - len(then))
             insert_rows(events, *rows, then=statements)
     if row is None:
         raise TransitionConflict(f"invocation {invocation.pk} is no longer {src}", extra={"expected_state": src})
@@ -85,6 +76,37 @@ def invocation_transition(
     return events[0]
 
 
+def transition_in_batch(
+    *, invocation: Invocation, src: str, dst: str, kind: str, data: dict | None = None, fields: dict[str, Any] | None = None,
+    then: Sequence[dict] = (),
+) -> tuple[list[Event], tuple[str, list], dict[str, Any]]:
+    """``invocation_transition`` for a row being written in the caller's own batch (so its
+    ``event_seq`` is known and nothing is read back): its events, its conditional UPDATE and the
+    fields that UPDATE sets, for the caller to send with its other statements and to set on the
+    instance once written. Admission claims a read's first attempt this way."""
+    if not is_allowed(src, dst):
+        raise TransitionNotAllowed(src, dst)
+    fields = {**(fields or {}), "state": dst, "updated_at": timezone.now()}
+    by = 1 + len(then)
+    events = _transition_events(invocation, src=src, dst=dst, kind=kind, data=data, actor="system", span_id=None,
+                                then=then, first=invocation.event_seq + 1)
+    statement = _update_sql(invocation.pk, fields, src=src, by=by, returning=False)
+    return events, statement, {**fields, "event_seq": invocation.event_seq + by}
+
+
+def _transition_events(invocation: Invocation, *, src: str, dst: str, kind: str, data: dict | None, actor: str,
+                       span_id: str | None, then: Sequence[dict], first: int) -> list[Event]:
+    """The transition's event at seq ``first`` and the ``then`` events that follow it at ``dst``."""
+    return [Event(
+        invocation_id=invocation.pk, seq=first, from_state=src, to_state=dst, kind=kind, data=data or {},
+        actor=actor, trace_id=invocation.trace_id, span_id=span_id or invocation.span_id,
+    )] + [Event(
+        invocation_id=invocation.pk, seq=first + n, from_state=dst, to_state=dst, kind=extra["kind"],
+        data=extra.get("data") or {}, actor=actor, trace_id=invocation.trace_id,
+        span_id=extra.get("span_id") or invocation.span_id,
+    ) for n, extra in enumerate(then, start=1)]
+
+
 def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None, by: int = 1) -> tuple[int, str] | None:
     """``UPDATE … SET …, event_seq = event_seq + by WHERE id = pk [AND state = src] RETURNING event_seq, state``.
 
@@ -92,6 +114,11 @@ def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None,
     back would cost a second round trip on the hottest path. Values are prepared by each
     field so JSON, UUID and datetime columns are written exactly as the ORM would.
     """
+    rows = execute_one(*_update_sql(pk, fields, src=src, by=by, returning=True))
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def _update_sql(pk, fields: dict[str, Any], *, src: str | None, by: int, returning: bool) -> tuple[str, list]:
     meta = Invocation._meta
     conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: each access through the proxy costs µs
     quote = conn.ops.quote_name
@@ -101,13 +128,12 @@ def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None,
     sql = (
         f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {quote(meta.pk.column)} = %s"
         + (f" AND {quote('state')} = %s" if src is not None else "")
-        + f" RETURNING {seq_col}, {quote('state')}"
+        + (f" RETURNING {seq_col}, {quote('state')}" if returning else "")
     )
     params.append(meta.pk.get_db_prep_value(pk, conn))
     if src is not None:
         params.append(src)
-    rows = execute_one(sql, params)
-    return (rows[0][0], rows[0][1]) if rows else None
+    return sql, params
 
 
 def event_append(*, invocation: Invocation, kind: str, data: dict | None = None, actor: str = "system", span_id: str | None = None) -> Event:

@@ -13,6 +13,7 @@ from toolops.runtime.admission import ToolView
 from toolops.runtime.approval_policy import ApprovalPolicy
 from toolops.runtime.authorization import GrantSnapshot, Limits
 from toolops.runtime.rendering import RenderableTool
+from toolops.runtime.requirements import Requirement, requirements_for
 
 from .models import Capability, Grant, Subject, Tenant, ToolSpec
 
@@ -155,3 +156,12 @@ def _capabilities(names: list[str]) -> dict[str, tuple[int, str]]:
 def capability_classes(names: list[str]) -> dict[str, str]:
     """Capability name → operation class for the names that exist."""
     return {name: op for name, (_, op) in _capabilities(names).items()}
+
+
+def call_requirements(*, spec: ToolSpec, arguments) -> list[Requirement]:
+    """What a call of ``spec`` with these normalized arguments requires, per declared capability
+    (amount, currency, scope values…); ``RequirementError`` for a ToolSpec that declares it wrongly."""
+    declared = list(spec.required_capabilities or [])
+    names = [entry["capability"] for entry in declared]
+    return requirements_for(declared=declared, operation_classes=capability_classes(names), arguments=arguments,
+                            normalizers=spec.normalizers)
