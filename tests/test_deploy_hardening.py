@@ -98,6 +98,33 @@ def test_an_api_token_over_its_rate_gets_429_rate_limited_with_retry_after(setti
     assert other.get("/api/v1/tools").status_code == 200  # per token, not global
 
 
+def test_processes_claiming_permits_in_shares_never_let_more_than_the_limit_through(monkeypatch):
+    """Two web processes (two ``_Permits``) spend one token's limit from the shared count: all
+    they let through together is at most the limit and nearly all of it, and the shared count
+    is asked far less often than once per request."""
+    from toolops import throttling
+
+    asked = []
+    real_increment = throttling._increment
+
+    def counting_increment(alias, key, **kwargs):
+        asked.append(kwargs["by"])
+        return real_increment(alias, key, **kwargs)
+
+    monkeypatch.setattr(throttling, "_increment", counting_increment)
+    key, limit = f"throttle:token:test-{secrets.token_hex(4)}:{int(time.time() // 3600)}", 6000
+    first, second = throttling._Permits(), throttling._Permits()
+    allowed = [p.take(key, limit=limit, timeout=3600) for _ in range(limit // 2) for p in (first, second)]
+    asked_for_the_limit = len(asked)
+    allowed += [p.take(key, limit=limit, timeout=3600) for _ in range(100) for p in (first, second)]
+    caches["shared"].delete(key)
+    assert sum(allowed) <= limit
+    assert sum(allowed) >= limit - 2 * 64  # what one process may hold unspent when the other runs out
+    assert allowed[-4:] == [False] * 4  # past the limit: refused
+    assert asked_for_the_limit < limit // 10
+    assert asked[0] == limit // throttling._Permits.SHARE and min(asked) == 1  # shares shrink near the limit
+
+
 # --------------------------------------------------------------------------- admin login throttling
 
 # Fresh addresses each run: the counts live in the shared cache for LOGIN_FAILURES_WINDOW.

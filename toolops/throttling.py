@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 
 import redis
@@ -27,10 +28,18 @@ CACHE_ERRORS = (RedisError, OSError)
 
 class TokenRateThrottle(BaseThrottle):
     """At most ``TOOLOPS_API_RATE`` requests per API token per window (``6000/min``: 6000 per
-    calendar minute), counted with one atomic increment per request. DRF's own throttle keeps
-    every request's timestamp in a list it reads and rewrites whole each time: at thousands per
-    minute that list is the most expensive thing a request does. Unauthenticated callers are
-    refused by authentication before a rate matters, so they are not counted."""
+    calendar minute), counted in the shared cache. DRF's own throttle keeps every request's
+    timestamp in a list it reads and rewrites whole each time: at thousands per minute that
+    list is the most expensive thing a request does. Unauthenticated callers are refused by
+    authentication before a rate matters, so they are not counted.
+
+    The shared count is of permits *claimed*, in blocks (``PERMITS``): a process claims a
+    1/64 share of what the window has left and spends it without asking again, so a busy
+    token costs the cache a round trip every few dozen requests instead of every request.
+    A claim is granted only up to the limit, so all processes together never let more than
+    the limit through; near the limit the shares shrink to single permits, and permits a
+    process claimed but did not use are lost at the window's end (a token may be refused a
+    little before its exact limit, never after it)."""
 
     def allow_request(self, request, view):
         rate = settings.TOOLOPS_API_RATE  # read per request: "off" disables
@@ -40,16 +49,57 @@ class TokenRateThrottle(BaseThrottle):
         limit, window = _parse_rate(rate)
         now = time.time()
         self.wait_seconds = max(1, int(window - now % window))
-        key = f"throttle:token:{token_id}:{int(now // window)}"
-        try:
-            count = _increment("shared", key, timeout=window + 1)
-        except CACHE_ERRORS:
-            logger.warning("rate-limit cache unavailable: request let through")
-            return True
-        return count <= limit
+        return PERMITS.take(f"throttle:token:{token_id}:{int(now // window)}", limit=limit, timeout=window + 1)
 
     def wait(self):
         return getattr(self, "wait_seconds", None)
+
+
+class _Permits:
+    """This process's permits per counter key (a token's window): claimed from the shared count,
+    not yet spent."""
+
+    SHARE = 64  # a claim takes 1/SHARE of the permits the window had left at the last claim
+    MAX_KEYS = 4096  # past this, keys of other windows are dropped (their permits are lost)
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.slots: dict[str, list[int]] = {}  # key -> [limit, permits left, shared count at the last claim]
+
+    def take(self, key: str, *, limit: int, timeout: int) -> bool:
+        with self.lock:
+            slot = self.slots.get(key)
+            if slot is None or slot[0] != limit:
+                self._make_room(key)
+                slot = self.slots[key] = [limit, 0, 0]
+            if slot[1] > 0:
+                slot[1] -= 1
+                return True
+            block = max(1, (limit - slot[2]) // self.SHARE)
+        try:
+            count = _increment("shared", key, timeout=timeout, by=block)
+        except CACHE_ERRORS:
+            logger.warning("rate-limit cache unavailable: request let through")
+            return True
+        granted = min(block, limit - (count - block))  # the part of this claim within the limit
+        with self.lock:
+            slot[2] = max(slot[2], count)
+            if granted <= 0:
+                return False
+            slot[1] += granted - 1
+        return True
+
+    def _make_room(self, key: str) -> None:
+        if len(self.slots) < self.MAX_KEYS:
+            return
+        window = key.rsplit(":", 1)[-1]
+        for old in [k for k in self.slots if k.rsplit(":", 1)[-1] != window]:
+            del self.slots[old]
+        if len(self.slots) >= self.MAX_KEYS:  # that many tokens busy in one window
+            self.slots.clear()
+
+
+PERMITS = _Permits()
 
 
 _PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
@@ -63,8 +113,8 @@ def _parse_rate(rate: str) -> tuple[int, int]:
         raise ImproperlyConfigured(f"TOOLOPS_API_RATE={rate!r}: use <n>/<s|min|hour|day> or off") from None
 
 
-def _increment(alias: str, key: str, *, timeout: int) -> int:
-    """The key's new count, created at 1 with ``timeout``; one round trip on Redis.
+def _increment(alias: str, key: str, *, timeout: int, by: int = 1) -> int:
+    """The key's new count, created at ``by`` with ``timeout``; one round trip on Redis.
 
     Django's cache API has no "increment, creating if missing" (its ``incr`` checks existence
     first: two round trips, and ``add`` + ``incr`` three), so on Redis the count goes through a
@@ -77,15 +127,15 @@ def _increment(alias: str, key: str, *, timeout: int) -> int:
                                options.get("socket_timeout"))
         full_key = cache.make_and_validate_key(key)
         pipe = client.pipeline(transaction=False)
-        pipe.incr(full_key)
+        pipe.incrby(full_key, by)
         pipe.expire(full_key, timeout, nx=True)
         return pipe.execute()[0]
     cache.add(key, 0, timeout=timeout)
     try:
-        return cache.incr(key)
+        return cache.incr(key, by)
     except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=timeout)
-        return 1
+        cache.add(key, by, timeout=timeout)
+        return by
 
 
 def _write_server(location) -> str:
