@@ -238,7 +238,7 @@ def run_claimed_at_admission(invocation: Invocation) -> Invocation:
     attempt = invocation.attempts.all()[0]  # admission's own, remembered as a prefetch (no query)
     # The arguments exactly as a worker reads them back (JSON), not admission's Python values.
     invocation.normalized_arguments = json.loads(json.dumps(invocation.normalized_arguments))
-    return execution_run(invocation=invocation, attempt=attempt)
+    return execution_run(invocation=invocation, attempt=attempt, gates_checked_at_admission=True)
 
 
 def open_attempt(invocation: Invocation) -> Attempt | None:
@@ -247,15 +247,17 @@ def open_attempt(invocation: Invocation) -> Attempt | None:
 
 # --- 2. send ----------------------------------------------------------------------------------
 
-def execution_run(*, invocation: Invocation, attempt: Attempt) -> Invocation:
-    """Send the claimed attempt (outside any transaction) and record what happened."""
+def execution_run(*, invocation: Invocation, attempt: Attempt, gates_checked_at_admission: bool = False) -> Invocation:
+    """Send the claimed attempt (outside any transaction) and record what happened.
+    ``gates_checked_at_admission``: claimed by admission itself moments ago, in this thread."""
     refusal = _refusal_before_send(invocation)
     if refusal:
         return _stop_before_send(invocation, attempt, *refusal)
     if attempt.sent_at is None:
         update_by_pk(attempt, {"sent_at": timezone.now()})
     ctx = attempt_context(invocation, number=attempt.number, span_id=attempt.span_id,
-                          remote_key=attempt.remote_key or invocation_remote_key(invocation))
+                          remote_key=attempt.remote_key or invocation_remote_key(invocation),
+                          gates_checked_at_admission=gates_checked_at_admission)
     with trace_scope(invocation.trace_id, attempt.span_id), LEASES.hold(attempt.pk):
         logger.info("attempt %s of %s sent", attempt.number, invocation.tool_ref)
         outcome = _execute_safely(invocation, attempt, ctx)
@@ -263,7 +265,8 @@ def execution_run(*, invocation: Invocation, attempt: Attempt) -> Invocation:
         return execution_record(invocation=invocation, attempt=attempt, outcome=outcome)
 
 
-def attempt_context(invocation: Invocation, *, number: int, span_id: str, remote_key: str) -> executors.AttemptContext:
+def attempt_context(invocation: Invocation, *, number: int, span_id: str, remote_key: str,
+                    gates_checked_at_admission: bool = False) -> executors.AttemptContext:
     """What the executor needs for one attempt or lookup, with its wall-clock deadline starting now
     (never later than the invocation's own deadline)."""
     timeout = attempt_timeout(invocation)
@@ -276,6 +279,7 @@ def attempt_context(invocation: Invocation, *, number: int, span_id: str, remote
         idempotency_key=invocation.idempotency_key, traceparent=f"00-{invocation.trace_id}-{span_id}-01",
         timeout_seconds=timeout, remote_key=remote_key, egress_grants=grants_for_egress(invocation.authorization),
         max_response_bytes=policy.max_response_bytes, oversize=policy.oversize, deadline=time.monotonic() + timeout,
+        gates_checked_at_admission=gates_checked_at_admission,
     )
 
 

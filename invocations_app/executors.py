@@ -71,6 +71,9 @@ class AttemptContext:
     oversize: str = "truncate"
     # time.monotonic() by which the attempt must be over (connect, send and the whole read).
     deadline: float | None = field(default=None, compare=False)
+    # Admission checked the tool's gates (an imported tool's quarantine) moments ago in this
+    # same thread (an inline read): the executor need not read them again.
+    gates_checked_at_admission: bool = False
 
     def attempt_deadline(self) -> float:
         return self.deadline if self.deadline is not None else time.monotonic() + self.timeout_seconds
