@@ -183,13 +183,8 @@ class InvocationDetailView(APIView):
         if wait > 0:  # a plain poll answers what was just read
             selectors.invocations_wait(invocations=[inv], seconds=wait)
         request.trace_id = inv.trace_id
-        body = invocation_to_dict(inv)
         # The record (SPEC §12): what the model saw, and where the result went next.
-        body["tool_definition_seen"] = selectors.tool_definition_seen(invocation=inv)
-        body["included_in_model_calls"] = selectors.model_calls_including(invocation=inv)
-        body["tool_messages_available"] = selectors.tool_message_formats(invocation=inv)
-        body["messages_carried"] = selectors.messages_carried(invocation=inv)
-        return Response(body)
+        return Response({**invocation_to_dict(inv), **selectors.invocation_record_links(invocation=inv)})
 
 
 class InvocationEventsView(APIView):

@@ -9,7 +9,9 @@ from django.db import connection
 from django.db.models import prefetch_related_objects
 
 from specs_app.models import Subject
-from toolops.db_batch import remember_related, select_instances, select_rows, select_with_parent
+from toolops.db_batch import (
+    remember_related, select_instances_together, select_rows, select_rows_together, select_with_parent,
+)
 from toolops.errors import NotFound
 from toolops.runtime.states import TERMINAL, State
 
@@ -67,8 +69,11 @@ def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
     # Lean reads instead of prefetch_related's querysets (built per request; ~1 ms of CPU per
     # poll on bench/load.py), in the related managers' own order.
     by_invocation = [("invocation", invocation.pk)]
-    remember_related(invocation, "attempts", select_instances(Attempt, "invocation_id = %s ORDER BY number", by_invocation))
-    confirmations = select_instances(Confirmation, "invocation_id = %s ORDER BY created_at", by_invocation)
+    attempts, confirmations = select_instances_together([
+        (Attempt, "invocation_id = %s ORDER BY number", by_invocation),
+        (Confirmation, "invocation_id = %s ORDER BY created_at", by_invocation),
+    ])
+    remember_related(invocation, "attempts", attempts)
     if confirmations:  # a call that waited for a person: who decided, and the approvals
         prefetch_related_objects(confirmations, "decided_by", "approvals__user")
     remember_related(invocation, "confirmations", confirmations)
@@ -99,12 +104,35 @@ def invocations_wait(*, invocations: list[Invocation], seconds: float, poll: flo
 def model_calls_including(*, invocation: Invocation) -> list[str]:
     """Ids of the run's model calls whose context carried this invocation's tool message."""
     if connection.vendor == "postgresql":
-        rows = select_rows(ModelCall, ["id"], "run_id = %s AND context @> %s ORDER BY created_at",
-                           [("run", invocation.run_id), ("context", [str(invocation.pk)])])
-        return [str(pk) for pk, in rows]
+        return [str(pk) for pk, in select_rows(*_model_calls_including_read(invocation))]
     # SQLite has no JSON containment operator; a run has few model calls.
     calls = ModelCall.objects.filter(run_id=invocation.run_id).order_by("created_at")
     return [str(c.pk) for c in calls.only("pk", "context") if str(invocation.pk) in (c.context or [])]
+
+
+def _model_calls_including_read(invocation: Invocation) -> tuple:
+    return (ModelCall, ["id"], "run_id = %s AND context @> %s ORDER BY created_at",
+            [("run", invocation.run_id), ("context", [str(invocation.pk)])])
+
+
+def invocation_record_links(*, invocation: Invocation) -> dict:
+    """What the record adds to an invocation (SPEC §12): the definition the model saw, the
+    model calls that carried its message, the formats its message was written in and every
+    message the model read for it. The three reads go in one round trip on PostgreSQL (every
+    poll of ``GET /invocations/{id}`` makes them)."""
+    reads = [_tool_message_formats_read(invocation), _messages_carried_read(invocation)]
+    if connection.vendor == "postgresql":
+        formats, carried, including = select_rows_together([*reads, _model_calls_including_read(invocation)])
+        including = [str(pk) for pk, in including]
+    else:
+        formats, carried = select_rows_together(reads)
+        including = model_calls_including(invocation=invocation)
+    return {
+        "tool_definition_seen": tool_definition_seen(invocation=invocation),
+        "included_in_model_calls": including,
+        "tool_messages_available": sorted(fmt for fmt, in formats),
+        "messages_carried": _carried(carried),
+    }
 
 
 def tool_definition_seen(*, invocation: Invocation) -> dict | None:
@@ -129,15 +157,18 @@ def _tool_definition_seen(model_call_id, tool_spec_id) -> dict | None:
             "rendered": row.rendered}
 
 
-def tool_message_formats(*, invocation: Invocation) -> list[str]:
-    """The formats this invocation's tool message has been written in, sorted."""
-    return sorted(fmt for fmt, in select_rows(ToolMessage, ["format"], "invocation_id = %s", [("invocation", invocation.pk)]))
+def _tool_message_formats_read(invocation: Invocation) -> tuple:
+    # The formats this invocation's tool message has been written in.
+    return ToolMessage, ["format"], "invocation_id = %s", [("invocation", invocation.pk)]
 
 
-def messages_carried(*, invocation: Invocation) -> list[dict]:
-    """Every message the model read for this call — interim ones included — with the model call
-    that carried it, oldest first (SPEC §12: the exact bytes, by their SHA-256)."""
-    rows = select_rows(ModelCallMessage, ["model_call", "format", "kind", "sha256"], "invocation_id = %s ORDER BY id",
-                       [("invocation", invocation.pk)])
+def _messages_carried_read(invocation: Invocation) -> tuple:
+    # Every message the model read for this call — interim ones included — with the model call
+    # that carried it, oldest first (SPEC §12: the exact bytes, by their SHA-256).
+    return (ModelCallMessage, ["model_call", "format", "kind", "sha256"], "invocation_id = %s ORDER BY id",
+            [("invocation", invocation.pk)])
+
+
+def _carried(rows) -> list[dict]:
     return [{"model_call_id": str(call_id), "format": fmt, "kind": kind, "sha256": sha256}
             for call_id, fmt, kind, sha256 in rows]
