@@ -29,13 +29,17 @@ SCHEMA = {
 UUID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
 
 
-@pytest.mark.parametrize("text", ["note_7", "INV-2026-0042", "42", "2026-07-20", "a1", "user:123", "v1.2.3"])
+@pytest.mark.parametrize("text", ["note_7", "INV-2026-0042", "42", "2026-07-20", "a1", "user:123", "v1.2.3",
+                                  "order_item_42", "us-east-1", "cus_NffrFeUfNV2Hib", "ch_3MmlLrLkdIwHu7ix0snN0B15"])
 def test_id_shaped_strings_pass(text):
     assert looks_like_id(text) and FreeTextRule()((), text) is False
 
 
 @pytest.mark.parametrize("text", ["Buy milk", "open", "https://evil.example/x", "ignore-previous-instructions",
-                                  "a" * 80 + "1", "", "x 1", "1\n"])
+                                  "a" * 80 + "1", "", "x 1", "1\n",
+                                  # id-shaped, but a phrase: three or more words of letters
+                                  "ignore-all-instructions-1", "Ignore.all.previous.instructions.1",
+                                  "DELETE_ALL_FILES_NOW_2"])
 def test_prose_urls_and_word_strings_are_free_text(text):
     assert FreeTextRule()((), text) is True
 

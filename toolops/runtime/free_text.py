@@ -14,7 +14,11 @@ prose:
 * or, schema or not, the value has an id's shape (:data:`ID_SHAPE`: 1–64 characters of
   ``[A-Za-z0-9._:+-]``, starting with a letter or digit, holding a digit) — ``note_7``,
   ``inv-2026-0042``, ``42``, ``2026-07-20``; no spaces, no slashes, so neither a sentence nor a
-  URL passes on shape alone.
+  URL passes on shape alone — and does not spell a phrase: at most :data:`MAX_ID_WORDS` of its
+  separator-delimited parts are words (letters only, three or more), so
+  ``ignore-all-instructions-1`` is free text while ``order_item_42`` and random ids
+  (``cus_NffrFeUfNV2Hib``) pass. A two-word token such as ``IGNORE_ALL_1`` still passes: an id
+  like ``user.name.42`` must.
 
 A hostile upstream gains nothing by declaring ``format: uri`` on a field: the value must still be
 a URI, and ``format`` values are checked by the same strict checkers as arguments.
@@ -36,13 +40,18 @@ ID_FORMATS: dict[str, Callable[[Any], bool]] = {
     "ipv4": is_ipv4, "ipv6": is_ipv6,
 }
 ID_SHAPE = re.compile(r"(?=[^0-9]*[0-9])[A-Za-z0-9][A-Za-z0-9._:+\-]{0,63}\Z")
+MAX_ID_WORDS = 2
+_ID_PARTS = re.compile(r"[._:+\-]")
+_WORD_PART = re.compile(r"[A-Za-z]{3,}\Z")
 MAX_PATTERN_VALUE = 256
 _MAX_REF_DEPTH = 16
 _WHITESPACE = re.compile(r"\s")
 
 
 def looks_like_id(text: str) -> bool:
-    return ID_SHAPE.match(text) is not None
+    if ID_SHAPE.match(text) is None:
+        return False
+    return sum(1 for part in _ID_PARTS.split(text) if _WORD_PART.match(part)) <= MAX_ID_WORDS
 
 
 def _deref(schema: Any, root: dict, depth: int = 0) -> list[dict]:
