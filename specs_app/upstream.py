@@ -27,7 +27,7 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from toolops import egress_net, mcp_client
-from toolops.db_batch import execute_one
+from toolops.db_batch import execute_one, select_rows
 from toolops.runtime.egress import EgressRefused
 from toolops.runtime.mcp_definitions import (
     QUARANTINED, Watch, definition_sha256, governed_definition, proposed_class, toolops_name, watch_next,
@@ -277,16 +277,11 @@ class UpstreamGate:
 
 def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
     """None for tools that are not imported from an MCP server (no query for them). Every
-    admission of an imported tool asks, so it is a lean prepared statement, like
-    ``upstream_state_for_ref`` (the queryset cost ~1 ms of CPU per call)."""
+    admission of an imported tool asks, so it is a lean read (``db_batch.select_rows``; the
+    queryset cost ~1 ms of CPU per call)."""
     if (spec.executor or {}).get("kind") != "mcp":
         return None
-    conn = connections[DEFAULT_DB_ALIAS]
-    quote = conn.ops.quote_name
-    column = {name: quote(UpstreamTool._meta.get_field(name).column) for name in ("state", "class_confirmed", "tool_spec")}
-    rows = execute_one(
-        f"SELECT {column['state']}, {column['class_confirmed']} FROM {quote(UpstreamTool._meta.db_table)} "
-        f"WHERE {column['tool_spec']} = %s LIMIT 1", [spec.pk])
+    rows = select_rows(UpstreamTool, ["state", "class_confirmed"], "tool_spec_id = %s LIMIT 1", [("tool_spec", spec.pk)])
     if not rows:  # an mcp spec written by hand: nothing watched, nothing confirmed
         return UpstreamGate(quarantined=False, state="unwatched", needs_human=True)
     state, class_confirmed = rows[0]

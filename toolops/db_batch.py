@@ -210,9 +210,9 @@ def select_rows_together(reads: Sequence[tuple[type[models.Model], Sequence[str]
     invocation reads five small tables)."""
     connection = connections[using]
     statements, converters = [], []
+    quote = connection.ops.quote_name
     for model, columns, where, params in reads:
         meta = model._meta
-        quote = connection.ops.quote_name
         statements.append((
             f"SELECT {', '.join(quote(meta.get_field(c).column) for c in columns)} FROM {quote(meta.db_table)} WHERE {where}",
             [meta.get_field(name).get_db_prep_value(value, connection) for name, value in params],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 import tracemalloc
 
 import pytest
@@ -201,6 +202,20 @@ def test_a_live_drift_is_refused_and_quarantined_at_once(specs, notes):
     out = _run(specs["notes.create"], {"title": "t", "body": "b"})
     assert out.error["code"] == "tool_quarantined" and out.commit == Commit.NOT_COMMITTED and notes.calls() == []
     assert UpstreamTool.objects.get(tool_spec=specs["notes.create"]).state == "changed"
+
+
+def test_a_worker_attempt_rereads_the_quarantine_and_only_a_read_admitted_in_the_same_thread_skips_it(specs, notes):
+    """Quarantined after admission (the upstream vanished while the call waited for a person or
+    a retry): the attempt refuses it from the watch state, before listing or sending. A read
+    that admission claimed a moment ago in the same thread (the MCP front door's inline read)
+    leaves that read to admission; its live pin check still runs before the call."""
+    spec = specs["notes.search"]
+    UpstreamTool.objects.filter(tool_spec=spec).update(state="missing")
+    out = _run(spec, {"query": "x"})
+    assert out.error["code"] == "tool_quarantined" and out.detail == {"watch_state": "missing"} and notes.calls() == []
+    inline = replace(_ctx(spec), gates_checked_at_admission=True)
+    out = executors.execute(config=spec.executor, arguments={"query": "x"}, ctx=inline)
+    assert out.ok and len(notes.calls("notes.search")) == 1  # the live definition still matched its pin
 
 
 def test_the_client_works_from_a_thread_whose_event_loop_is_running(notes):
