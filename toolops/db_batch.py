@@ -102,6 +102,22 @@ def _pipelined(connection, statements: Sequence[tuple[str, list]], returning: tu
         return cursor.fetchall() if returning else None
 
 
+class PipelineAbortedEcho:
+    """A ``logging`` filter for the ``psycopg`` logger: drops its "error ignored terminating
+    <Pipeline>: pipeline aborted" warning.
+
+    When a statement in a pipeline fails (a concurrent duplicate's unique violation, which the
+    caller handles), psycopg raises that error from the block and then, syncing on the way
+    out, meets the aborted pipeline it left behind and logs it as a WARNING. That second error
+    is only the echo of the first, which reaches the caller intact; any other psycopg warning
+    passes.
+    """
+
+    def filter(self, record) -> bool:
+        return not (record.msg.startswith("error ignored terminating") and record.args
+                    and isinstance(record.args[-1], psycopg.errors.PipelineAborted))
+
+
 @contextlib.contextmanager
 def _prepared_cursor(connection, logged_sql: str):
     """A server-binding psycopg cursor on Django's connection (Django's own bind on the client),

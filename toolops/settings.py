@@ -376,14 +376,17 @@ LOGGING = {
     "disable_existing_loggers": False,
     "filters": {"trace": {"()": "toolops.tracelog.TraceIdFilter"},
                 # Tool credentials never reach a log line, in any encoding (toolops/log_redaction.py).
-                "secrets": {"()": "toolops.log_redaction.SecretRedactionFilter"}},
+                "secrets": {"()": "toolops.log_redaction.SecretRedactionFilter"},
+                "pipeline_echo": {"()": "toolops.db_batch.PipelineAbortedEcho"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"}
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["trace", "secrets"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     # The MCP SDK's HTTP client logs every request line at INFO: noise in worker logs.
-    "loggers": {"httpx2": {"level": "WARNING"}},
+    "loggers": {"httpx2": {"level": "WARNING"},
+                # A failed pipelined INSERT (a concurrent duplicate) is also logged as its echo.
+                "psycopg": {"filters": ["pipeline_echo"]}},
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -13,7 +13,7 @@ from django.utils import timezone
 from specs_app.models import Grant, Subject, Tenant
 from specs_app.selectors import grant_snapshots
 from tests.builders import make_capability, make_grant, make_subject
-from toolops.db_batch import insert_rows, select_rows, select_with_parent
+from toolops.db_batch import PipelineAbortedEcho, insert_rows, select_rows, select_with_parent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,6 +53,34 @@ def test_after_a_failure_the_connection_is_clean_and_usable():
     again = Tenant(slug=f"t-{uuid.uuid4().hex[:6]}", name="after the failure")
     insert_rows([again])
     assert Tenant.objects.filter(slug=again.slug).exists()
+
+
+def test_a_failed_pipeline_logs_no_echo_of_its_error(caplog):
+    # The caller gets the IntegrityError; psycopg's "pipeline aborted" on the way out is only
+    # its echo, and a concurrent duplicate proposal is a normal path: no WARNING for it. The
+    # statements queued behind the failure make psycopg meet the error while still sending
+    # (as a duplicate that waited on the other's row lock does), which is when it logs.
+    tenant = Tenant.objects.create(slug=f"t-{uuid.uuid4().hex[:6]}", name="Batch")
+    trailing = [("SELECT %s::int", [i]) for i in range(300)]
+    with caplog.at_level("WARNING"), pytest.raises(IntegrityError):
+        insert_rows([Tenant(slug=tenant.slug, name="duplicate")], then=trailing)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+
+
+def test_the_echo_filter_passes_every_other_psycopg_warning():
+    import logging
+
+    import psycopg
+
+    echo = PipelineAbortedEcho()
+
+    def record(msg, *args):
+        return logging.LogRecord("psycopg", logging.WARNING, __file__, 1, msg, args, None)
+
+    assert not echo.filter(record("error ignored terminating %r: %s", "<Pipeline>", psycopg.errors.PipelineAborted("pipeline aborted")))
+    assert echo.filter(record("error ignored terminating %r: %s", "<Pipeline>", psycopg.OperationalError("server closed")))
+    assert echo.filter(record("error ignored in rollback on %s: %s", "<conn>", psycopg.errors.PipelineAborted("x")))
+    assert echo.filter(record("connection lost"))
 
 
 def test_a_statement_skipped_after_a_failure_runs_in_the_next_list():
