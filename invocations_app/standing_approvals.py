@@ -20,6 +20,7 @@ from django.utils import timezone
 from specs_app.selectors import call_requirements
 from toolops.errors import ApplicationError, Conflict
 from toolops.runtime.approval_policy import StandingLimits, standing_failure
+from toolops.runtime.normalizers import NormalizationRejected, amount_to_minor
 from toolops.runtime.requirements import RequirementError, money_currency
 
 from .confirmations import confirmation_approve, refuse_if_acting_for
@@ -92,7 +93,7 @@ def standing_approval_grant(
         raise ApplicationError(f"this call needs {confirmation.approvals_needed} approvers; a standing approval is one "
                                "person's and covers only single-approver calls", code="invalid_standing_approval")
     refuse_if_acting_for(confirmation.run, user)
-    currency = _call_currency(confirmation)
+    currency = call_currency(confirmation)
     now = timezone.now()
     with transaction.atomic():
         confirmation_approve(confirmation=confirmation, user=user, digest_seen=confirmation.digest, reason=reason)
@@ -111,7 +112,7 @@ def standing_approval_grant(
     return standing
 
 
-def _call_currency(confirmation: Confirmation) -> str:
+def call_currency(confirmation: Confirmation) -> str:
     """The currency the call being approved states its amount in, read as authorization reads
     it: the cap is in that currency, the one the person saw ("" when none is stated)."""
     try:
@@ -119,6 +120,26 @@ def _call_currency(confirmation: Confirmation) -> str:
     except RequirementError:
         return ""
     return money_currency(requirements) or ""
+
+
+def typed_cap_minor(typed: str, currency: str) -> int | None:
+    """The amount cap a person typed on the confirmation page, in minor units: ``"50"`` or
+    ``"50.00"`` EUR → 5000, as the call's own amount was written; blank → None (no cap). With no
+    currency stated, the tool's amount has no known unit, so the cap is a whole number in the
+    same unit. Anything else is refused (``invalid_standing_approval``) — never guessed."""
+    typed = (typed or "").strip()
+    if not typed:
+        return None
+    if not currency:
+        if not typed.isascii() or not typed.isdigit():
+            raise ApplicationError(f"the amount cap {typed!r} must be a whole number (this call states no currency)",
+                                   code="invalid_standing_approval")
+        return int(typed)
+    try:
+        return amount_to_minor(typed, currency)
+    except NormalizationRejected as exc:
+        raise ApplicationError(f"the amount cap: {exc.message} (write it like 50 or 50.00 {currency})",
+                               code="invalid_standing_approval") from None
 
 
 def standing_approval_revoke(*, standing: StandingApproval, user, reason: str) -> StandingApproval:

@@ -24,7 +24,9 @@ from toolops.errors import ApplicationError
 from ..approval_display import approval_display
 from ..confirmations import AlreadyDecided, StaleDigest, acts_for, confirmation_approve, confirmation_deny
 from ..models import Confirmation, Invocation
-from ..standing_approvals import MAX_STANDING_MINUTES, standing_approval_grant, standing_approval_revoke
+from ..standing_approvals import (
+    MAX_STANDING_MINUTES, call_currency, standing_approval_grant, standing_approval_revoke, typed_cap_minor,
+)
 from .formatting import pretty, time_left
 from .selectors import (
     confirmation_detail_events, confirmation_get_for_user, confirmation_pending_count, confirmation_queue_list,
@@ -92,6 +94,8 @@ def detail_view(request: HttpRequest, pk) -> HttpResponse:
         "acting_for": acts_for(confirmation.run, request.user),
         "standing": standing_approvals_for(confirmation=confirmation, now=timezone.now()),
         "max_standing_minutes": MAX_STANDING_MINUTES,
+        # The amount cap is typed as the call's amount was written, in its currency (not minor units).
+        "standing_currency": call_currency(confirmation),
     }
     return TemplateResponse(request, "admin/confirmations/detail.html", context)
 
@@ -142,8 +146,8 @@ def standing_grant_view(request: HttpRequest, pk) -> HttpResponse:
     try:
         standing = standing_approval_grant(
             confirmation=confirmation, user=request.user, minutes=_int(request.POST.get("minutes")) or 0,
-            max_amount=_int(request.POST.get("max_amount")), max_calls=_int(request.POST.get("max_calls")),
-            reason=request.POST.get("reason", "").strip(),
+            max_amount=typed_cap_minor(request.POST.get("max_amount", ""), call_currency(confirmation)),
+            max_calls=_int(request.POST.get("max_calls")), reason=request.POST.get("reason", "").strip(),
         )
     except ApplicationError as exc:
         return _refused(request, confirmation, "approved", exc)

@@ -85,11 +85,13 @@ def test_a_standing_approval_covers_the_next_in_limit_call_and_not_an_over_limit
     login(bob).goto(detail_url(live_server, confirmation))
     form = page.get_by_test_id("standing-form")
     form.get_by_test_id("standing-minutes").fill("20")
-    form.get_by_test_id("standing-max-amount").fill("5000")
+    expect(form.get_by_test_id("standing-currency")).to_have_text("EUR")  # typed as the call's amount reads
+    form.get_by_test_id("standing-max-amount").fill("50.00")
     form.get_by_test_id("standing-reason").fill("supplier batch of the day")
     form.get_by_test_id("standing-grant").click()
     expect(page.locator(".messagelist .success")).to_contain_text("further calls of payments.transfer@1 in this run")
     expect(page.get_by_test_id("standing-approval")).to_have_count(1)
+    expect(page.get_by_test_id("standing-approval")).to_contain_text("amount ≤ 50.00 EUR")
     assert fresh(first).state == "PREPARED"
 
     covered = run.propose(payment_args(4999))

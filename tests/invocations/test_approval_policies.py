@@ -271,6 +271,50 @@ def test_a_standing_approval_caps_amounts_in_the_currency_of_the_call_it_was_gra
     assert same.state == "PREPARED" and fresh(same).authorization["standing_approval"]["currency"] == "EUR"
 
 
+def test_the_console_takes_the_amount_cap_as_the_calls_amount_is_written_in_its_currency(client, run):
+    """Approvers misread minor units: the form asks for 50.00 EUR, as the call's own amount reads,
+    and stores 5000 minor units; a cap it cannot read exactly approves nothing."""
+    boss = make_staff(username="boss", superuser=True)
+    client.force_login(boss)
+    first = run.propose(payment_args(2000))
+    confirmation = pending(first)
+    detail = f"/console/confirmations/{confirmation.pk}/"
+    page = client.get(detail).content.decode()
+    assert 'data-testid="standing-currency">EUR<' in page and "minor units" not in page
+    form = {"digest_seen": confirmation.digest, "minutes": "30", "reason": "supplier batch"}
+
+    for typed, why in (("50.505", "more than 2 decimals for EUR"), ("5,000", "plain decimal amount"), ("-5", "negative amount")):
+        resp = client.post(f"/console/confirmations/{confirmation.pk}/standing", {**form, "max_amount": typed}, follow=True)
+        assert why in resp.content.decode(), typed
+        assert not StandingApproval.objects.exists() and fresh(first).state == "AUTHORIZED", typed
+
+    client.post(f"/console/confirmations/{confirmation.pk}/standing", {**form, "max_amount": "50"})
+    standing = StandingApproval.objects.get()
+    assert (standing.max_amount, standing.currency, standing.max_amount_display) == (5000, "EUR", "amount ≤ 50.00 EUR")
+    assert run.propose(payment_args(5000)).state == "PREPARED" and run.propose(payment_args(5001)).state == "AUTHORIZED"
+
+
+@pytest.mark.parametrize(("typed", "currency", "minor"), [
+    ("", "EUR", None), ("  ", "EUR", None), ("50", "EUR", 5000), ("50.5", "EUR", 5050), ("0.01", "EUR", 1),
+    ("1500", "JPY", 1500), ("1.234", "KWD", 1234), ("12", "", 12),
+])
+def test_a_typed_amount_cap_becomes_minor_units_of_the_calls_currency(typed, currency, minor):
+    from invocations_app.standing_approvals import typed_cap_minor
+
+    assert typed_cap_minor(typed, currency) == minor
+
+
+@pytest.mark.parametrize(("typed", "currency"), [
+    ("12.5", "JPY"), ("50.505", "EUR"), ("1e3", "EUR"), ("5,000", "EUR"), ("-1", "EUR"), ("12.5", ""), ("１２", ""),
+])
+def test_a_typed_amount_cap_that_is_not_exact_is_refused_never_guessed(typed, currency):
+    from invocations_app.standing_approvals import typed_cap_minor
+
+    with pytest.raises(ApplicationError) as refused:
+        typed_cap_minor(typed, currency)
+    assert refused.value.code == "invalid_standing_approval"
+
+
 def test_a_standing_approval_is_scoped_to_its_run_counted_and_revocable(run, finance, payments):
     bob = make_staff(username="bob")
     standing = standing_approval_grant(confirmation=pending(run.propose(payment_args(2000))), user=bob, minutes=30,

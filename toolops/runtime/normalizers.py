@@ -776,6 +776,12 @@ def _to_minor(value: Any, currency: str, allow_negative: bool) -> int:
     return int(minor)
 
 
+def amount_to_minor(value: Any, currency: str) -> int:
+    """A non-negative amount a person typed (``"50"``, ``"12.50"``) → minor units of ``currency``,
+    by the same rule as the normalizer (``NormalizationRejected`` with its reason otherwise)."""
+    return _to_minor(value, _currency_code(currency), allow_negative=False)
+
+
 def _currency_code(value: Any) -> str:
     code = value.upper() if isinstance(value, str) and value.isascii() else None
     if code not in MINOR_UNITS:
