@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from guardian.admin import ReinforcedGuardedModelAdmin
 
+from toolops.runtime.approval_display import limits_display as limits_in_words, policy_display as policy_in_words
 from toolops.runtime.mcp_definitions import definition_diff
 
 from .models import ApiToken, Capability, Grant, GrantChange, PersonalToken, Subject, Tenant, ToolSpec, UpstreamTool
@@ -38,6 +39,13 @@ admin.site.index_title = "Console"
 
 def pretty_json(value) -> str:
     return format_html("<pre class='toolops-json'>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True))
+
+
+def _in_words(lines: list[str]) -> str:
+    """Limits or a policy as a person reads them, under their JSON (nothing when there is nothing to say)."""
+    if not lines:
+        return ""
+    return format_html('<div class="help" data-testid="in-words">{}</div>', "; ".join(lines))
 
 
 @admin.register(Tenant)
@@ -543,11 +551,16 @@ class GrantAdmin(admin.ModelAdmin):
 
     @admin.display(description="limits")
     def limits_display(self, obj):
-        return format_html("<code>{}</code>", json.dumps(obj.limits, ensure_ascii=False, sort_keys=True))
+        # The stored JSON, then how it reads: amounts in major units of their currency, so
+        # 50000 EUR-minor is seen as 500.00 EUR, not fifty thousand.
+        return format_html("<code>{}</code>{}", json.dumps(obj.limits, ensure_ascii=False, sort_keys=True),
+                           _in_words(limits_in_words(obj.limits, currency=None)))
 
     @admin.display(description="approval policy")
     def approval_policy_display(self, obj):
-        return pretty_json(obj.approval_policy) if obj.approval_policy else "none: the grant's effect applies as is"
+        if not obj.approval_policy:
+            return "none: the grant's effect applies as is"
+        return format_html("{}{}", pretty_json(obj.approval_policy), _in_words(policy_in_words(obj.approval_policy, currency=None)))
 
     @admin.display(description="pinned tool versions")
     def tool_refs_display(self, obj):

@@ -433,3 +433,14 @@ def test_the_grant_form_shows_a_bad_policy_on_its_field_and_saves_a_good_one(cli
     grant = Grant.objects.get(tenant=tenant)
     assert grant.approval_policy == {"approvals": 2}
     assert "&quot;approvals&quot;: 2" in client.get(f"/specs_app/grant/{grant.pk}/change/").content.decode()
+
+
+def test_the_grant_page_reads_its_limits_and_policy_in_major_units(client, payments):
+    """An admin reading {"max_amount_per_call": 50000} sees 500.00 EUR, not fifty thousand."""
+    client.force_login(make_staff(username="boss", superuser=True))
+    grant = make_grant(subject=make_subject(tenant=make_tenant(slug="acme")), capability="payments.transfer",
+                       operation_class="create", limits={"currency": "EUR", "max_amount_per_call": 50_000},
+                       approval_policy={"currency": "EUR", "thresholds": [{"up_to": 1_000, "effect": "allow"}, {"approvals": 2}]})
+    page = client.get(f"/specs_app/grant/{grant.pk}/change/").content.decode()
+    assert "max 500.00 EUR per call" in page
+    assert "up to 10.00 EUR: runs without a person; above 10.00 EUR: 2 approver(s)" in page
