@@ -40,16 +40,35 @@ post_delete.connect(_forget_subscriptions, sender=WebhookEndpoint, dispatch_uid=
 
 
 def webhook_endpoints_for(tenant_id: int, event_type: str) -> list[int]:
-    """Ids of the tenant's active endpoints subscribed to ``event_type`` (cached briefly)."""
+    """Ids of the tenant's active endpoints subscribed to ``event_type``.
+
+    Most tenants have none: that answer is cached briefly (a new endpoint starts receiving
+    within ``SUBSCRIPTION_TTL_SECONDS``), so a settled call costs no query. A tenant with
+    subscribers is read afresh each time: an endpoint deleted or deactivated by another process
+    (whose signals never reach this cache) gets no delivery — a row pointing at a deleted
+    endpoint would fail the caller's whole transaction at commit. (Only a delete committed
+    between this read and that commit still can.)"""
+    if not webhook_wanted(tenant_id, event_type):
+        return []
+    return _subscribed(tenant_id).get(event_type, [])
+
+
+def webhook_wanted(tenant_id: int, event_type: str) -> bool:
+    """Whether the tenant listened for ``event_type`` moments ago (cached): the cheap gate
+    before building a payload; ``webhook_emit`` then asks afresh whom to deliver to."""
     cached = _subscriptions.get(tenant_id)
     if cached is None or cached[0] < time.monotonic():
-        table: dict[str, list[int]] = {}
-        for pk, events in WebhookEndpoint.objects.filter(tenant_id=tenant_id, is_active=True).values_list("pk", "events"):
-            for name in events or ():
-                table.setdefault(name, []).append(pk)
-        cached = (time.monotonic() + SUBSCRIPTION_TTL_SECONDS, table)
+        cached = (time.monotonic() + SUBSCRIPTION_TTL_SECONDS, _subscribed(tenant_id))
         _subscriptions[tenant_id] = cached
-    return cached[1].get(event_type, [])
+    return event_type in cached[1]
+
+
+def _subscribed(tenant_id: int) -> dict[str, list[int]]:
+    table: dict[str, list[int]] = {}
+    for pk, events in WebhookEndpoint.objects.filter(tenant_id=tenant_id, is_active=True).values_list("pk", "events"):
+        for name in events or ():
+            table.setdefault(name, []).append(pk)
+    return table
 
 
 def webhook_emit(tenant, event_type: str, payload: dict) -> list[WebhookDelivery]:
@@ -73,10 +92,6 @@ def webhook_emit(tenant, event_type: str, payload: dict) -> list[WebhookDelivery
         for delivery in deliveries:
             enqueue_webhook_delivery(delivery.pk)
     return deliveries
-
-
-def webhook_wanted(tenant_id: int, event_type: str) -> bool:
-    return bool(webhook_endpoints_for(tenant_id, event_type))
 
 
 def confirmation_event_payload(confirmation: Confirmation, *, with_links: bool = False) -> dict:

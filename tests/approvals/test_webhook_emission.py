@@ -4,11 +4,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmations_expire_due
 from invocations_app.models import WebhookDelivery, WebhookEndpoint
-from invocations_app.webhooks import webhook_confirmation_escalated, webhook_emit
+from invocations_app.webhooks import webhook_confirmation_escalated, webhook_emit, webhook_wanted
 from tests.approvals.conftest import propose_calendar
 from tests.builders import make_approver
 
@@ -94,3 +94,23 @@ def test_it_queues_nothing_when_the_transaction_rolls_back(agent):
 def test_it_refuses_an_unknown_event_type(agent):
     with pytest.raises(ValueError):
         webhook_emit(agent.subject.tenant, "confirmation.maybe", {})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_endpoint_another_process_deleted_or_deactivated_gets_nothing_from_a_stale_cache(agent):
+    """The subscription cache is per process: a delete or deactivation elsewhere sends no signal
+    here. Queuing for a deleted endpoint would fail the emitting transaction (a settled call, a
+    decision) at commit; for a deactivated one it would deliver what its owner switched off."""
+    tenant = agent.subject.tenant
+    gone, off = _endpoint(tenant), _endpoint(tenant)
+    assert webhook_wanted(tenant.pk, "invocation.settled")  # cached with both endpoints
+    with connection.cursor() as cur:  # as another process would: no signal reaches this cache
+        cur.execute(f"DELETE FROM {WebhookEndpoint._meta.db_table} WHERE id = %s", [gone.pk])
+        cur.execute(f"UPDATE {WebhookEndpoint._meta.db_table} SET is_active = %s WHERE id = %s", [False, off.pk])
+    with transaction.atomic():
+        assert webhook_emit(tenant, "invocation.settled", {"invocation": {}}) == []
+    assert not WebhookDelivery.objects.exists()
+
+    on = _endpoint(tenant)  # saved here: the cache is told at once
+    with transaction.atomic():
+        assert [d.endpoint_id for d in webhook_emit(tenant, "invocation.settled", {"invocation": {}})] == [on.pk]
