@@ -1,10 +1,12 @@
 """Reads for tool specs and identities."""
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 from django.conf import settings
 from django.db.models import Q, QuerySet
+from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
@@ -18,8 +20,20 @@ from toolops.runtime.requirements import Requirement, requirements_for
 from .models import Capability, Grant, Subject, Tenant, ToolSpec
 
 # A capability's id and operation class are fixed when it is created (the admin makes the class
-# read-only), so a found one can be cached for the life of the process; a missing one is not.
-_CAPABILITIES: dict[str, tuple[int, str]] = {}
+# read-only), so a found one is cached; a missing one is not. Correcting a class means deleting
+# the capability and creating it again under the same name, with a new id: an entry is forgotten
+# on save or delete in this process and expires after CAPABILITY_CACHE_SECONDS in the others, or
+# their grant lookups would go on asking for the old id and find no grant.
+CAPABILITY_CACHE_SECONDS = 60.0
+_CAPABILITIES: dict[str, tuple[int, str, float]] = {}
+
+
+def _forget_capability(sender, instance, **kwargs) -> None:
+    _CAPABILITIES.pop(instance.name, None)
+
+
+post_save.connect(_forget_capability, sender=Capability, dispatch_uid="capabilities-forget-on-save")
+post_delete.connect(_forget_capability, sender=Capability, dispatch_uid="capabilities-forget-on-delete")
 
 
 # Tenant object permissions (django-guardian). Held model-wide, each covers every tenant.
@@ -146,11 +160,15 @@ _GRANT_COLUMNS = ("id", "capability", "subject", "scope_kind", "scope_values", "
 
 
 def _capabilities(names: list[str]) -> dict[str, tuple[int, str]]:
-    missing = [n for n in names if n not in _CAPABILITIES]
+    now = time.monotonic()
+    missing = [n for n in names if n not in _CAPABILITIES or _CAPABILITIES[n][2] <= now]
     if missing:
+        for name in missing:
+            _CAPABILITIES.pop(name, None)  # gone meanwhile: not answered from a stale entry
+        expires = now + CAPABILITY_CACHE_SECONDS
         for name, pk, op in Capability.objects.filter(name__in=missing).values_list("name", "pk", "operation_class"):
-            _CAPABILITIES[name] = (pk, op)
-    return {n: _CAPABILITIES[n] for n in names if n in _CAPABILITIES}
+            _CAPABILITIES[name] = (pk, op, expires)
+    return {n: _CAPABILITIES[n][:2] for n in names if n in _CAPABILITIES}
 
 
 def capability_classes(names: list[str]) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """toolops.db_batch: lean inserts and reads must store and return exactly what the ORM would."""
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import timedelta
 
@@ -140,6 +141,35 @@ def test_grant_snapshots_read_live_grants_of_the_subject_and_the_tenant():
     assert {s.grant_id for s in snapshots} == {str(mine.pk), str(tenant_wide.pk)}
     assert {s.subject_id for s in snapshots} == {str(subject.pk), None}
     assert grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["no.such.capability"]) == []
+
+
+def test_a_capability_recreated_under_its_name_is_found_here_at_once_and_elsewhere_within_the_cache_time(monkeypatch):
+    """Correcting a capability's class means deleting it and creating it again: a new id under the
+    same name. Grant lookups go by id, so a cached old id would find no grant for good."""
+    from specs_app import selectors
+    from specs_app.models import Capability
+
+    subject = make_subject()
+    old_capability = make_capability(name="ledger.post", operation_class="read")
+    assert grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["ledger.post"]) == []  # caches its id
+
+    old_capability.delete()  # in this process: the cache is told
+    fixed = make_grant(subject=subject, capability="ledger.post", operation_class="create")
+    assert [s.grant_id for s in grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["ledger.post"])] == [
+        str(fixed.pk)]
+
+    # Another process deletes and re-creates it (raw SQL: no signal reaches this cache).
+    table = connection.ops.quote_name(Capability._meta.db_table)
+    with connection.cursor() as cur:
+        cur.execute(f"UPDATE {table} SET name = %s WHERE name = %s", ["ledger.post.retired", "ledger.post"])
+    again = make_grant(subject=subject, capability="ledger.post", operation_class="create")
+    selectors._CAPABILITIES["ledger.post"] = (fixed.capability_id, "create", time.monotonic() + 60)  # as it was cached
+    assert [s.grant_id for s in grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["ledger.post"])] == [
+        str(fixed.pk)]  # within the cache time: the old id still answers
+    monkeypatch.setattr(selectors, "CAPABILITY_CACHE_SECONDS", 0.0)
+    selectors._CAPABILITIES["ledger.post"] = (fixed.capability_id, "create", time.monotonic() - 1)  # expired
+    assert [s.grant_id for s in grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["ledger.post"])] == [
+        str(again.pk)]
 
 
 def test_select_with_parent_loads_both_rows_like_select_related():
