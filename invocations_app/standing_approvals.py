@@ -28,6 +28,7 @@ from .models import Confirmation, StandingApproval
 from .transitions import event_append
 
 MAX_STANDING_MINUTES = 24 * 60
+MAX_CAP_MINOR = 2**53 - 1  # as the normalizer bounds amounts: exact in JSON, fits the column
 
 
 @dataclass(frozen=True)
@@ -130,10 +131,12 @@ def typed_cap_minor(typed: str, currency: str) -> int | None:
     typed = (typed or "").strip()
     if not typed:
         return None
+    if typed[0] in "+-":  # "-0" is a number, but a signed cap is a typo, never a limit
+        raise ApplicationError(f"the amount cap {typed!r} must not carry a sign", code="invalid_standing_approval")
     if not currency:
-        if not typed.isascii() or not typed.isdigit():
-            raise ApplicationError(f"the amount cap {typed!r} must be a whole number (this call states no currency)",
-                                   code="invalid_standing_approval")
+        if not typed.isascii() or not typed.isdigit() or int(typed) > MAX_CAP_MINOR:
+            raise ApplicationError(f"the amount cap {typed!r} must be a whole number up to {MAX_CAP_MINOR} "
+                                   "(this call states no currency)", code="invalid_standing_approval")
         return int(typed)
     try:
         return amount_to_minor(typed, currency)

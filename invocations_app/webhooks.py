@@ -8,9 +8,10 @@ confirmation opened, decided or expired, an invocation reaching a terminal state
 policies' escalation calls ``webhook_confirmation_escalated(confirmation)`` (or ``webhook_emit``
 with a payload of its own).
 
-Cost when nobody listens: the subscriptions of a tenant are cached per process for
+Cost when nobody listens: which events a tenant listens for is cached per process for
 ``SUBSCRIPTION_TTL_SECONDS``, so a terminal transition of a tenant without endpoints costs no
-query. A new or changed endpoint is therefore heard by other processes within that time.
+query; a new or changed endpoint is therefore heard by other processes within that time. Whom to
+deliver to is read afresh at each emit, so a deleted or deactivated endpoint gets no new delivery.
 """
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -41,11 +42,18 @@ def pretty_json(value) -> str:
     return format_html("<pre class='toolops-json'>{}</pre>", json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True))
 
 
-def _in_words(lines: list[str]) -> str:
-    """Limits or a policy as a person reads them, under their JSON (nothing when there is nothing to say)."""
+def _in_words(rules: dict, words) -> str:
+    """Limits or a policy as a person reads them, under their JSON (nothing when there is nothing to
+    say). ``words``: ``limits_display`` or ``policy_display``. Read as authorization reads them:
+    amounts saved before they named a currency are in ``TOOLOPS_LEGACY_AMOUNT_CURRENCY``."""
+    rules = rules or {}
+    legacy = settings.TOOLOPS_LEGACY_AMOUNT_CURRENCY if not rules.get("currency") else None
+    lines = words({**rules, "currency": legacy} if legacy else rules, currency=None)
     if not lines:
         return ""
-    return format_html('<div class="help" data-testid="in-words">{}</div>', "; ".join(lines))
+    said = " ".join(lines)
+    note = f" (saved without a currency: read as {legacy})" if legacy and legacy in said else ""
+    return format_html('<div class="help" data-testid="in-words">{}{}</div>', "; ".join(lines), note)
 
 
 @admin.register(Tenant)
@@ -554,13 +562,14 @@ class GrantAdmin(admin.ModelAdmin):
         # The stored JSON, then how it reads: amounts in major units of their currency, so
         # 50000 EUR-minor is seen as 500.00 EUR, not fifty thousand.
         return format_html("<code>{}</code>{}", json.dumps(obj.limits, ensure_ascii=False, sort_keys=True),
-                           _in_words(limits_in_words(obj.limits, currency=None)))
+                           _in_words(obj.limits, limits_in_words))
 
     @admin.display(description="approval policy")
     def approval_policy_display(self, obj):
         if not obj.approval_policy:
             return "none: the grant's effect applies as is"
-        return format_html("{}{}", pretty_json(obj.approval_policy), _in_words(policy_in_words(obj.approval_policy, currency=None)))
+        return format_html("{}{}", pretty_json(obj.approval_policy),
+                           _in_words(obj.approval_policy, policy_in_words))
 
     @admin.display(description="pinned tool versions")
     def tool_refs_display(self, obj):

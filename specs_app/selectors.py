@@ -160,15 +160,20 @@ _GRANT_COLUMNS = ("id", "capability", "subject", "scope_kind", "scope_values", "
 
 
 def _capabilities(names: list[str]) -> dict[str, tuple[int, str]]:
+    # The answer is built from local values: other threads may replace or drop entries meanwhile.
     now = time.monotonic()
-    missing = [n for n in names if n not in _CAPABILITIES or _CAPABILITIES[n][2] <= now]
+    found: dict[str, tuple[int, str]] = {}
+    for name in names:
+        entry = _CAPABILITIES.get(name)
+        if entry is not None and entry[2] > now:
+            found[name] = entry[:2]
+    missing = [n for n in names if n not in found]
     if missing:
-        for name in missing:
-            _CAPABILITIES.pop(name, None)  # gone meanwhile: not answered from a stale entry
         expires = now + CAPABILITY_CACHE_SECONDS
         for name, pk, op in Capability.objects.filter(name__in=missing).values_list("name", "pk", "operation_class"):
+            found[name] = (pk, op)
             _CAPABILITIES[name] = (pk, op, expires)
-    return {n: _CAPABILITIES[n][:2] for n in names if n in _CAPABILITIES}
+    return found
 
 
 def capability_classes(names: list[str]) -> dict[str, str]:

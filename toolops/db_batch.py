@@ -114,8 +114,10 @@ class PipelineAbortedEcho:
     """
 
     def filter(self, record) -> bool:
-        return not (record.msg.startswith("error ignored terminating") and record.args
-                    and isinstance(record.args[-1], psycopg.errors.PipelineAborted))
+        echo = (isinstance(record.msg, str) and record.msg.startswith("error ignored terminating")
+                and isinstance(record.args, tuple) and record.args
+                and isinstance(record.args[-1], psycopg.errors.PipelineAborted))
+        return not echo
 
 
 @contextlib.contextmanager

@@ -283,7 +283,7 @@ def test_the_console_takes_the_amount_cap_as_the_calls_amount_is_written_in_its_
     assert 'data-testid="standing-currency">EUR<' in page and "minor units" not in page
     form = {"digest_seen": confirmation.digest, "minutes": "30", "reason": "supplier batch"}
 
-    for typed, why in (("50.505", "more than 2 decimals for EUR"), ("5,000", "plain decimal amount"), ("-5", "negative amount")):
+    for typed, why in (("50.505", "more than 2 decimals for EUR"), ("5,000", "plain decimal amount"), ("-5", "must not carry a sign")):
         resp = client.post(f"/console/confirmations/{confirmation.pk}/standing", {**form, "max_amount": typed}, follow=True)
         assert why in resp.content.decode(), typed
         assert not StandingApproval.objects.exists() and fresh(first).state == "AUTHORIZED", typed
@@ -305,7 +305,8 @@ def test_a_typed_amount_cap_becomes_minor_units_of_the_calls_currency(typed, cur
 
 
 @pytest.mark.parametrize(("typed", "currency"), [
-    ("12.5", "JPY"), ("50.505", "EUR"), ("1e3", "EUR"), ("5,000", "EUR"), ("-1", "EUR"), ("12.5", ""), ("１２", ""),
+    ("12.5", "JPY"), ("50.505", "EUR"), ("1e3", "EUR"), ("5,000", "EUR"), ("-1", "EUR"), ("-0", "EUR"), ("+5", "EUR"),
+    ("12.5", ""), ("１２", ""), ("-0", ""), ("99999999999999999999", ""), ("99999999999999999999", "EUR"),
 ])
 def test_a_typed_amount_cap_that_is_not_exact_is_refused_never_guessed(typed, currency):
     from invocations_app.standing_approvals import typed_cap_minor
@@ -442,5 +443,9 @@ def test_the_grant_page_reads_its_limits_and_policy_in_major_units(client, payme
                        operation_class="create", limits={"currency": "EUR", "max_amount_per_call": 50_000},
                        approval_policy={"currency": "EUR", "thresholds": [{"up_to": 1_000, "effect": "allow"}, {"approvals": 2}]})
     page = client.get(f"/specs_app/grant/{grant.pk}/change/").content.decode()
-    assert "max 500.00 EUR per call" in page
+    assert "max 500.00 EUR per call" in page and "saved without a currency" not in page
     assert "up to 10.00 EUR: runs without a person; above 10.00 EUR: 2 approver(s)" in page
+    # A row saved before limits named a currency reads as authorization reads it.
+    Grant.objects.filter(pk=grant.pk).update(limits={"max_amount_per_call": 50_000, "calls_per_minute": 5})
+    page = client.get(f"/specs_app/grant/{grant.pk}/change/").content.decode()
+    assert "max 500.00 EUR per call; at most 5 calls a minute (saved without a currency: read as EUR)" in page

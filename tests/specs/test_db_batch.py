@@ -14,6 +14,7 @@ from django.utils import timezone
 from specs_app.models import Grant, Subject, Tenant
 from specs_app.selectors import grant_snapshots
 from tests.builders import make_capability, make_grant, make_subject
+from tests.conftest import require_postgres
 from toolops.db_batch import PipelineAbortedEcho, insert_rows, select_rows, select_with_parent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,11 +62,26 @@ def test_a_failed_pipeline_logs_no_echo_of_its_error(caplog):
     # its echo, and a concurrent duplicate proposal is a normal path: no WARNING for it. The
     # statements queued behind the failure make psycopg meet the error while still sending
     # (as a duplicate that waited on the other's row lock does), which is when it logs.
+    import logging
+
+    require_postgres()  # only PostgreSQL sends statements in a pipeline
     tenant = Tenant.objects.create(slug=f"t-{uuid.uuid4().hex[:6]}", name="Batch")
     trailing = [("SELECT %s::int", [i]) for i in range(300)]
-    with caplog.at_level("WARNING"), pytest.raises(IntegrityError):
-        insert_rows([Tenant(slug=tenant.slug, name="duplicate")], then=trailing)
-    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+
+    def psycopg_warnings() -> list[str]:
+        caplog.clear()
+        with caplog.at_level("WARNING"), pytest.raises(IntegrityError):
+            insert_rows([Tenant(slug=tenant.slug, name="duplicate")], then=trailing)
+        return [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
+
+    assert psycopg_warnings() == []
+    logger = logging.getLogger("psycopg")
+    echo = next(f for f in logger.filters if isinstance(f, PipelineAbortedEcho))
+    logger.removeFilter(echo)  # the control: without the filter, psycopg does log the echo
+    try:
+        assert any("pipeline aborted" in m for m in psycopg_warnings())
+    finally:
+        logger.addFilter(echo)
 
 
 def test_the_echo_filter_passes_every_other_psycopg_warning():
@@ -154,6 +170,7 @@ def test_a_capability_recreated_under_its_name_is_found_here_at_once_and_elsewhe
     assert grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["ledger.post"]) == []  # caches its id
 
     old_capability.delete()  # in this process: the cache is told
+    assert "ledger.post" not in selectors._CAPABILITIES
     fixed = make_grant(subject=subject, capability="ledger.post", operation_class="create")
     assert [s.grant_id for s in grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["ledger.post"])] == [
         str(fixed.pk)]
@@ -166,8 +183,8 @@ def test_a_capability_recreated_under_its_name_is_found_here_at_once_and_elsewhe
     selectors._CAPABILITIES["ledger.post"] = (fixed.capability_id, "create", time.monotonic() + 60)  # as it was cached
     assert [s.grant_id for s in grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["ledger.post"])] == [
         str(fixed.pk)]  # within the cache time: the old id still answers
-    monkeypatch.setattr(selectors, "CAPABILITY_CACHE_SECONDS", 0.0)
-    selectors._CAPABILITIES["ledger.post"] = (fixed.capability_id, "create", time.monotonic() - 1)  # expired
+    later = time.monotonic() + selectors.CAPABILITY_CACHE_SECONDS + 1
+    monkeypatch.setattr(selectors.time, "monotonic", lambda: later)  # the entry has expired
     assert [s.grant_id for s in grant_snapshots(tenant=subject.tenant, subject=subject, capabilities=["ledger.post"])] == [
         str(again.pk)]
 
