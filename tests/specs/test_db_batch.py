@@ -58,20 +58,27 @@ def test_after_a_failure_the_connection_is_clean_and_usable():
 
 
 def test_a_failed_pipeline_logs_no_echo_of_its_error(caplog):
-    # The caller gets the IntegrityError; psycopg's "pipeline aborted" on the way out is only
-    # its echo, and a concurrent duplicate proposal is a normal path: no WARNING for it. The
-    # statements queued behind the failure make psycopg meet the error while still sending
-    # (as a duplicate that waited on the other's row lock does), which is when it logs.
+    # The caller gets the error; psycopg's "pipeline aborted" on the way out is only its echo,
+    # and a concurrent duplicate proposal (a unique violation in admission's pipeline) is a
+    # normal path: no WARNING for it. psycopg logs the echo when it meets the error while the
+    # block is still sending — as a duplicate that waited on the other's row lock does; the
+    # pause makes that certain here, instead of depending on timing.
     import logging
+    import time
+
+    import psycopg
 
     require_postgres()  # only PostgreSQL sends statements in a pipeline
-    tenant = Tenant.objects.create(slug=f"t-{uuid.uuid4().hex[:6]}", name="Batch")
-    trailing = [("SELECT %s::int", [i]) for i in range(300)]
 
     def psycopg_warnings() -> list[str]:
         caplog.clear()
-        with caplog.at_level("WARNING"), pytest.raises(IntegrityError):
-            insert_rows([Tenant(slug=tenant.slug, name="duplicate")], then=trailing)
+        connection.ensure_connection()
+        with caplog.at_level("WARNING"), pytest.raises(psycopg.errors.DivisionByZero):
+            with psycopg.Cursor(connection.connection) as cursor, connection.connection.pipeline():
+                cursor.execute("SELECT 1 / 0")
+                time.sleep(0.5)  # its error is back: the next statement meets it mid-pipeline
+                cursor.execute("SELECT 1")
+                cursor.execute("SELECT 2")
         return [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")]
 
     assert psycopg_warnings() == []
