@@ -134,7 +134,8 @@ def typed_cap_minor(typed: str, currency: str) -> int | None:
     if typed[0] in "+-":  # "-0" is a number, but a signed cap is a typo, never a limit
         raise ApplicationError(f"the amount cap {typed!r} must not carry a sign", code="invalid_standing_approval")
     if not currency:
-        if not typed.isascii() or not typed.isdigit() or int(typed) > MAX_CAP_MINOR:
+        # Length first: int() of a few thousand digits is refused by Python itself (a 500).
+        if len(typed) > 16 or not typed.isascii() or not typed.isdigit() or int(typed) > MAX_CAP_MINOR:
             raise ApplicationError(f"the amount cap {typed!r} must be a whole number up to {MAX_CAP_MINOR} "
                                    "(this call states no currency)", code="invalid_standing_approval")
         return int(typed)

@@ -307,6 +307,7 @@ def test_a_typed_amount_cap_becomes_minor_units_of_the_calls_currency(typed, cur
 @pytest.mark.parametrize(("typed", "currency"), [
     ("12.5", "JPY"), ("50.505", "EUR"), ("1e3", "EUR"), ("5,000", "EUR"), ("-1", "EUR"), ("-0", "EUR"), ("+5", "EUR"),
     ("12.5", ""), ("１２", ""), ("-0", ""), ("99999999999999999999", ""), ("99999999999999999999", "EUR"),
+    ("9" * 5000, ""), ("9" * 5000, "EUR"),
 ])
 def test_a_typed_amount_cap_that_is_not_exact_is_refused_never_guessed(typed, currency):
     from invocations_app.standing_approvals import typed_cap_minor
