@@ -77,13 +77,19 @@ def standing_approval_take(*, run_id, tool_spec_id, amount: int | None, approval
 
 
 def standing_approval_grant(
-    *, confirmation: Confirmation, user, minutes: int, max_amount: int | None, max_calls: int | None, reason: str,
+    *, confirmation: Confirmation, user, minutes: int, max_amount: int | None = None, max_calls: int | None,
+    reason: str, max_amount_typed: str | None = None,
 ) -> StandingApproval:
     """Approve ``confirmation`` and let later calls of its tool in its run through within the limits.
 
-    The approval of the call at hand goes through ``confirmation_approve`` (digest, quorum,
-    separation of duties); the standing approval is refused to the person the run acts for.
+    The cap is ``max_amount`` (minor units) or ``max_amount_typed``, as a person typed it in the
+    call's currency (``typed_cap_minor``). The approval of the call at hand goes through
+    ``confirmation_approve`` (digest, quorum, separation of duties); the standing approval is
+    refused to the person the run acts for.
     """
+    currency = call_currency(confirmation)
+    if max_amount_typed is not None:
+        max_amount = typed_cap_minor(max_amount_typed, currency)
     if not reason.strip():
         raise ApplicationError("a reason is required for a standing approval", code="reason_required")
     if not 1 <= minutes <= MAX_STANDING_MINUTES:
@@ -94,7 +100,6 @@ def standing_approval_grant(
         raise ApplicationError(f"this call needs {confirmation.approvals_needed} approvers; a standing approval is one "
                                "person's and covers only single-approver calls", code="invalid_standing_approval")
     refuse_if_acting_for(confirmation.run, user)
-    currency = call_currency(confirmation)
     now = timezone.now()
     with transaction.atomic():
         confirmation_approve(confirmation=confirmation, user=user, digest_seen=confirmation.digest, reason=reason)

@@ -29,7 +29,7 @@ from .dispatch import enqueue_webhook_delivery
 from .models import WEBHOOK_EVENT_TYPES, Confirmation, Invocation, WebhookDelivery, WebhookEndpoint
 
 SUBSCRIPTION_TTL_SECONDS = 5.0
-_subscriptions: dict[int, tuple[float, dict[str, list[int]]]] = {}
+_subscriptions: dict[int, tuple[float, frozenset[str]]] = {}  # tenant → (expiry, events it listens for)
 
 
 def _forget_subscriptions(sender, instance, **kwargs) -> None:
@@ -59,7 +59,7 @@ def webhook_wanted(tenant_id: int, event_type: str) -> bool:
     before building a payload; ``webhook_emit`` then asks afresh whom to deliver to."""
     cached = _subscriptions.get(tenant_id)
     if cached is None or cached[0] < time.monotonic():
-        cached = (time.monotonic() + SUBSCRIPTION_TTL_SECONDS, _subscribed(tenant_id))
+        cached = (time.monotonic() + SUBSCRIPTION_TTL_SECONDS, frozenset(_subscribed(tenant_id)))
         _subscriptions[tenant_id] = cached
     return event_type in cached[1]
 

@@ -25,7 +25,7 @@ from ..approval_display import approval_display
 from ..confirmations import AlreadyDecided, StaleDigest, acts_for, confirmation_approve, confirmation_deny
 from ..models import Confirmation, Invocation
 from ..standing_approvals import (
-    MAX_STANDING_MINUTES, call_currency, standing_approval_grant, standing_approval_revoke, typed_cap_minor,
+    MAX_STANDING_MINUTES, call_currency, standing_approval_grant, standing_approval_revoke,
 )
 from .formatting import pretty, time_left
 from .selectors import (
@@ -146,8 +146,8 @@ def standing_grant_view(request: HttpRequest, pk) -> HttpResponse:
     try:
         standing = standing_approval_grant(
             confirmation=confirmation, user=request.user, minutes=_int(request.POST.get("minutes")) or 0,
-            max_amount=typed_cap_minor(request.POST.get("max_amount", ""), call_currency(confirmation)),
-            max_calls=_int(request.POST.get("max_calls")), reason=request.POST.get("reason", "").strip(),
+            max_amount_typed=request.POST.get("max_amount", ""), max_calls=_int(request.POST.get("max_calls")),
+            reason=request.POST.get("reason", "").strip(),
         )
     except ApplicationError as exc:
         return _refused(request, confirmation, "approved", exc)
