@@ -10,14 +10,15 @@ Real parts: the demo notes MCP server (its own process, official SDK, streamable
 * **through ToolOps' MCP front door** (the headline figure): the same SDK ``Client``, one open
   session, calling ``notes.search`` (imported, class confirmed, published, granted) on ToolOps'
   MCP server (``uvicorn toolops.mcp_asgi:app``, its own process, inline reads as by default):
-  admission → the MCP executor (pin check, ``tools/call`` upstream) → the recorded answer. The
+  admission → the MCP executor (pin check unless this process made it within
+  ``TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS``, ``tools/call`` upstream) → the recorded answer. The
   agent's view: the same tool, governed, vs ungoverned.
 * **through ToolOps, worker path**: ``proposal_admit`` in this process → the Celery worker runs
   the MCP executor → OBSERVED, observed by polling the database every 1 ms (a REST client's
   path, or the front door with inline reads off).
 * **direct (baseline)**: the official SDK ``Client`` in one open session calling the same tool
   — what an agent gets without ToolOps. Also shown, to explain the difference: one direct call
-  the way the worker makes it (a fresh session + the pin check), without ToolOps around it.
+  the way the worker makes it (a fresh session + the pin check when due), without ToolOps around it.
 * **exactly once**: the same ``notes.create`` proposal re-issued concurrently (100, smoke 20)
   gives one invocation and one note upstream.
 """
@@ -204,13 +205,15 @@ def direct_session(url: str, n: int) -> list[float]:
 
 
 def direct_like_worker(url: str, spec, n: int) -> list[float]:
-    """One call as the worker makes it (fresh session, pin check, deadline, cap), outside ToolOps."""
+    """One call as the worker makes it (fresh session, deadline, cap, the pin check when the
+    recheck window has passed), outside ToolOps."""
     out = []
     for i in range(n):
         start = time.perf_counter()
         mcp_client.call_tool(url=url, headers=credential_headers("secret:BENCH_NOTES_TOKEN"), name="notes.search",
                              arguments={"query": f"q{i}"}, meta={}, timeout=10, max_bytes=1 << 20,
-                             pinned_sha256=spec.executor["definition_sha256"])
+                             pinned_sha256=spec.executor["definition_sha256"],
+                             recheck_seconds=settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS)
         out.append((time.perf_counter() - start) * 1000)
     return out
 
@@ -282,7 +285,8 @@ def main() -> None:
         upstream.terminate()
         upstream.wait(timeout=10)
     print(f"{'smoke: ' if SMOKE else ''}{n} read-only calls each way; demo notes MCP server; "
-          "direct = the SDK client in one open session")
+          "direct = the SDK client in one open session; pin recheck window "
+          f"{settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS} s (TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS)")
     for name, p in (("p50", 50), ("p99", 99)):
         a, b = pct(door_ms, p), pct(direct_ms, p)
         print(f"latency {name}: MCP front door (inline) {a:7.1f} ms   direct {b:6.1f} ms   added {a - b:+7.1f} ms")

@@ -10,7 +10,9 @@ Config (written by ``specs_app.upstream.upstream_import``, immutable once publis
 Rules, the same as for the HTTP executor:
 
 * refused before anything is sent when the tool is quarantined (its watch row) or when the live
-  definition, listed in the same session right before the call, differs from the pin;
+  definition, listed in the same session right before the call, differs from the pin (the
+  listing is skipped when this process saw the definition match within
+  ``TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS``; the refresh still quarantines a change for every process);
 * credentials come from ``settings.TOOLOPS_TOOL_SECRETS`` by reference; the agent's token never
   leaves ToolOps; the (tenant-scoped) idempotency key and the attempt's ``traceparent`` go in
   ``_meta``;
@@ -32,6 +34,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from specs_app.upstream import credential_headers, upstream_drift_seen, upstream_state_for_ref
@@ -115,6 +118,7 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
             url=config["url"], headers=headers, name=config["tool"],
             arguments=arguments if isinstance(arguments, dict) else {}, meta=meta, timeout=ctx.timeout_seconds,
             max_bytes=response_cap(config, ctx), pinned_sha256=config.get("definition_sha256"), pin=pin,
+            recheck_seconds=settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS,
         )
     except mcp_client.DefinitionDrift as drift:
         name, version = parse_tool_ref(ctx.tool_ref)

@@ -6,7 +6,9 @@ sending with a lapsed lease) that one worker wins; the loser exits. Every try is
 or any status outside 2xx — schedules the next try ``webhook_retry_delay`` later
 (``next_attempt_at`` in the database; short waits go to the broker as a countdown, longer
 ones to the beat task ``webhooks.deliver_due``), until ``TOOLOPS_WEBHOOK_MAX_ATTEMPTS`` tries
-have failed and the delivery is ``failed``. No I/O inside a transaction.
+have failed and the delivery is ``failed``. A try whose endpoint has been deactivated since
+sends nothing: the delivery ends ``failed`` with that reason (the operator turned it off; a
+resend from the admin after reactivating it sends it). No I/O inside a transaction.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 RESPONSE_EXCERPT_BYTES = 500
 MAX_RESPONSE_BYTES = 16 * 1024
+ENDPOINT_INACTIVE = "endpoint deactivated: not sent"
 
 
 def _claim(delivery_id, now) -> WebhookDelivery | None:
@@ -53,6 +56,13 @@ def webhook_delivery_attempt(*, delivery_id) -> str:
     delivery = _claim(delivery_id, started)
     if delivery is None:
         return "skipped"
+    if not delivery.endpoint.is_active:
+        WebhookDelivery.objects.filter(pk=delivery.pk, state=WebhookDelivery.Status.SENDING).update(
+            state=WebhookDelivery.Status.FAILED, next_attempt_at=None, lease_expires_at=None,
+            attempts=F("attempts") - 1, last_error=ENDPOINT_INACTIVE)  # nothing was tried
+        logger.info("webhook %s %s → %s: not sent, %s", delivery.event_type, delivery.pk, delivery.endpoint.url,
+                    ENDPOINT_INACTIVE)
+        return "failed"
     status_code, error, excerpt, duration_ms = _send(delivery)
     ok = status_code is not None and 200 <= status_code < 300
     next_at = None

@@ -86,6 +86,9 @@ def _fresh_process_caches():
     from invocations_app.mcp.calls import _visible_tools
 
     _visible_tools.cache_clear()
+    from toolops.mcp_client import forget_verified_pins
+
+    forget_verified_pins()  # the same upstream URL and pinned definition serve many tests
     try:
         from invocations_app.admission import _visible_set
     except ImportError:

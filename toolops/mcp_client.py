@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import hashlib
 import ssl
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,6 +183,8 @@ def _run(coro_fn, *, timeout: float, state: dict):
     except (DefinitionDrift, UpstreamFailure) as exc:
         if isinstance(exc, UpstreamFailure) and exc.phase != SEND:
             _DISCOVERED.pop(state["url"], None)
+        if state.get("verified_key") is not None:  # nothing vouches for the pin until it is listed again
+            _VERIFIED.pop(state["verified_key"], None)
         raise
 
 
@@ -235,6 +239,24 @@ def _remember(url: str, client: Client) -> None:
         _DISCOVERED[url] = (client.session.protocol_version, discovered)
 
 
+# (url, checked address, tool, pinned SHA-256, credential digest) → when this process last listed the upstream and
+# saw the tool's live definition match its pin (``time.monotonic``). Within ``recheck_seconds`` a
+# call skips the listing: one round trip instead of two per call. Any failure drops the entry.
+_VERIFIED: dict[tuple[str, str, str, str, str], float] = {}
+
+
+def _verified_key(url: str, pin: Pin | None, name: str, pinned_sha256: str, headers: dict[str, str]) -> tuple:
+    # Another address (the name resolved elsewhere) or another credential may be shown another
+    # listing: its check is its own.
+    credential = hashlib.sha256(repr(sorted(headers.items())).encode()).hexdigest()
+    return url, pin.address if pin is not None else "", name, pinned_sha256, credential
+
+
+def forget_verified_pins() -> None:
+    """Make the next call of every imported tool list its upstream again (tests use it)."""
+    _VERIFIED.clear()
+
+
 async def _listing(client: Client) -> list[dict]:
     tools, cursor = [], None
     for _ in range(100):  # a paginator that never ends cannot hang us past the deadline anyway
@@ -261,23 +283,30 @@ def list_tools(*, url: str, headers: dict[str, str], timeout: float, max_bytes: 
 
 def call_tool(
     *, url: str, headers: dict[str, str], name: str, arguments: Any, meta: dict, timeout: float, max_bytes: int,
-    pinned_sha256: str | None = None, pin: Pin | None = None,
+    pinned_sha256: str | None = None, pin: Pin | None = None, recheck_seconds: float = 0.0,
 ) -> CallResult:
     """List, check the live definition against ``pinned_sha256`` (``DefinitionDrift`` before
     anything is sent), then ``tools/call`` — all in one session under one deadline. With ``pin``
-    (the egress check's answer) every request goes to that origin's checked address."""
-    state = {"phase": CONNECT, "url": url}
+    (the egress check's answer) every request goes to that origin's checked address. The listing
+    is skipped when this process saw the same definition match within ``recheck_seconds``
+    (0: list before every call)."""
+    key = _verified_key(url, pin, name, pinned_sha256, headers) if pinned_sha256 is not None else None
+    state = {"phase": CONNECT, "url": url, "verified_key": key}
+    verified_at = _VERIFIED.get(key) if key is not None else None
+    check = key is not None and (verified_at is None or time.monotonic() - verified_at >= recheck_seconds)
 
     async def go():
         async with _http_client(headers, timeout, max_bytes, state, pin) as http, _client(url, http) as client:
             _remember(url, client)
             listed = None
-            if pinned_sha256 is not None:
+            if check:
                 state["phase"] = LIST
+                listed_at = time.monotonic()
                 listed = next((t for t in await _listing(client) if t.get("name") == name), None)
                 state["phase"] = VERIFY
                 if listed is None or definition_sha256(listed) != pinned_sha256:
                     raise DefinitionDrift(listed)
+                _VERIFIED[key] = listed_at
             state["phase"] = SEND
             # The session's own tools/call, without the high-level client's output-schema check:
             # that compiles a validator per session (~15 ms here), and ToolOps treats the

@@ -114,3 +114,27 @@ def test_it_gives_up_after_the_last_attempt_when_the_receiver_rejects_the_signat
     assert WebhookAttempt.objects.filter(delivery=delivery).count() == 4
     got = receiver.received()
     assert len(got) == 4 and not any(r["verified"] for r in got) and got[0]["why"] == "bad signature"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_retry_already_queued_for_an_endpoint_deactivated_since_is_not_sent(receiver, demo_agent):
+    """Deactivating an endpoint stops what is already waiting for it too: its next try sends
+    nothing and ends the delivery ``failed`` with the reason (not a receiver's answer)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from invocations_app.webhook_delivery import ENDPOINT_INACTIVE, webhook_delivery_attempt
+
+    endpoint = _endpoint(demo_agent, receiver, events=["invocation.settled"])
+    delivery = WebhookDelivery.objects.create(endpoint=endpoint, event_type="invocation.settled", payload={"n": 1},
+                                              next_attempt_at=timezone.now() - timedelta(seconds=1))
+    receiver.fail_next(1, status=503)
+    assert webhook_delivery_attempt(delivery_id=delivery.pk) == "retry"
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(is_active=False)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=timezone.now() - timedelta(seconds=1))  # due
+    assert webhook_delivery_attempt(delivery_id=delivery.pk) == "failed"
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts, delivery.last_error) == ("failed", 1, ENDPOINT_INACTIVE)
+    assert [r["answered"] for r in receiver.received()] == [503]  # the first try only
+    assert WebhookAttempt.objects.filter(delivery=delivery).count() == 1

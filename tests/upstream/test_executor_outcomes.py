@@ -204,6 +204,42 @@ def test_a_live_drift_is_refused_and_quarantined_at_once(specs, notes):
     assert UpstreamTool.objects.get(tool_spec=specs["notes.create"]).state == "changed"
 
 
+def _listings(notes) -> int:
+    return sum(1 for r in notes.requests_log() if r["method"] == "tools/list")
+
+
+def test_within_the_recheck_window_a_verified_pin_is_not_listed_again(specs, notes, settings):
+    settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 60
+    imported = _listings(notes)  # the import's own listing
+    for query in ("a", "b", "c"):
+        assert _run(specs["notes.search"], {"query": query}).ok
+    assert _listings(notes) - imported == 1 and len(notes.calls("notes.search")) == 3  # one check vouched for three calls
+    assert _run(specs["notes.create"], {"title": "t", "body": "b"}).ok
+    assert _listings(notes) - imported == 2  # another tool's pin is checked on its own
+
+
+def test_a_drift_inside_the_window_is_sent_and_past_it_is_refused(specs, notes, settings):
+    """The documented trade: within the window a process relies on its last check (the refresh
+    quarantines for everyone); once it has passed, the live listing refuses before sending."""
+    settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 60
+    assert _run(specs["notes.search"], {"query": "a"}).ok
+    notes.redefine("notes.search", description="Search notes, then mail them to the author.")
+    assert _run(specs["notes.search"], {"query": "b"}).ok and len(notes.calls("notes.search")) == 2
+    settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 0  # the window is over
+    out = _run(specs["notes.search"], {"query": "c"})
+    assert out.error["code"] == "tool_quarantined" and len(notes.calls("notes.search")) == 2
+    assert UpstreamTool.objects.get(tool_spec=specs["notes.search"]).state == "changed"
+
+
+def test_a_failed_call_makes_the_next_one_list_again(specs, notes, settings):
+    settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 60
+    assert _run(specs["notes.search"], {"query": "a"}).ok
+    notes.fault("notes.search", "delay", seconds=3)
+    assert _run(specs["notes.search"], {"query": "b"}, timeout=1.0).failure_class == "timeout_unknown"
+    notes.reset()
+    assert _run(specs["notes.search"], {"query": "c"}).ok and _listings(notes) == 1  # (reset emptied the log)
+
+
 def test_a_worker_attempt_rereads_the_quarantine_and_only_a_read_admitted_in_the_same_thread_skips_it(specs, notes):
     """Quarantined after admission (the upstream vanished while the call waited for a person or
     a retry): the attempt refuses it from the watch state, before listing or sending. A read
