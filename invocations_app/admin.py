@@ -266,5 +266,7 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
 
     @admin.action(description="Send again now (failed or waiting deliveries)")
     def send_again(self, request, queryset):
-        count = webhook_deliveries_resend(deliveries=queryset)
-        self.message_user(request, f"{count} delivery(ies) queued again.")
+        count, inactive = webhook_deliveries_resend(deliveries=queryset)
+        skipped = f" {inactive} left alone: their endpoint is deactivated (activate it first)." if inactive else ""
+        self.message_user(request, f"{count} delivery(ies) queued again.{skipped}",
+                          level=messages.WARNING if inactive else messages.INFO)

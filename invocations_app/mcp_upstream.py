@@ -75,7 +75,8 @@ def _refused(ctx, code: str, message: str, detail: dict | None = None) -> Execut
 def quarantine_refusal(ctx) -> ExecutionOutcome | None:
     """Refuse a quarantined tool before anything is sent (admission refused it too; this catches
     a quarantine that happened while the call waited for a person or a retry, so an inline read
-    that admission claimed moments ago skips it: its live pin check still runs)."""
+    that admission claimed moments ago skips it and relies on admission's fresh read of the
+    watch row, plus the live pin check when that is due)."""
     if ctx.gates_checked_at_admission:
         return None
     name, version = parse_tool_ref(ctx.tool_ref)

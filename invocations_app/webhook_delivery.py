@@ -59,7 +59,7 @@ def webhook_delivery_attempt(*, delivery_id) -> str:
     if not delivery.endpoint.is_active:
         WebhookDelivery.objects.filter(pk=delivery.pk, state=WebhookDelivery.Status.SENDING).update(
             state=WebhookDelivery.Status.FAILED, next_attempt_at=None, lease_expires_at=None,
-            attempts=F("attempts") - 1, last_error=ENDPOINT_INACTIVE)  # nothing was tried
+            attempts=F("attempts") - 1, last_status_code=None, last_error=ENDPOINT_INACTIVE)  # nothing was tried
         logger.info("webhook %s %s → %s: not sent, %s", delivery.event_type, delivery.pk, delivery.endpoint.url,
                     ENDPOINT_INACTIVE)
         return "failed"
@@ -130,13 +130,19 @@ def webhook_deliveries_due(*, batch: int = 200) -> int:
     return len(ids)
 
 
-def webhook_deliveries_resend(*, deliveries) -> int:
-    """Queue failed or waiting deliveries again now (an admin action); delivered ones stay delivered."""
-    ids = list(deliveries.filter(state__in=[WebhookDelivery.Status.FAILED, WebhookDelivery.Status.PENDING]).values_list("pk", flat=True))
-    WebhookDelivery.objects.filter(pk__in=ids).update(state=WebhookDelivery.Status.PENDING, next_attempt_at=timezone.now())
+def webhook_deliveries_resend(*, deliveries) -> tuple[int, int]:
+    """Queue failed or waiting deliveries again now (an admin action): ``(queued, left alone
+    because their endpoint is deactivated)``. Delivered ones stay delivered, and one a worker is
+    sending right now is not touched (the state is checked again in the UPDATE)."""
+    resendable = [WebhookDelivery.Status.FAILED, WebhookDelivery.Status.PENDING]
+    chosen = deliveries.filter(state__in=resendable)
+    inactive = chosen.filter(endpoint__is_active=False).count()
+    ids = list(chosen.filter(endpoint__is_active=True).values_list("pk", flat=True))
+    WebhookDelivery.objects.filter(pk__in=ids, state__in=resendable).update(
+        state=WebhookDelivery.Status.PENDING, next_attempt_at=timezone.now())
     for pk in ids:
         webhook_delivery_send(pk)
-    return len(ids)
+    return len(ids), inactive
 
 
 def webhook_secret_new() -> str:

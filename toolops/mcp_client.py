@@ -17,6 +17,7 @@ import concurrent.futures
 import functools
 import hashlib
 import ssl
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,7 +76,7 @@ class CallResult:
     is_error: bool
     structured: Any
     content: list[dict]
-    listed: dict | None = None  # the live definition the call was checked against
+    listed: dict | None = None  # the live definition the call was checked against (None: not listed this time)
     detail: dict = field(default_factory=dict)
 
 
@@ -184,7 +185,7 @@ def _run(coro_fn, *, timeout: float, state: dict):
         if isinstance(exc, UpstreamFailure) and exc.phase != SEND:
             _DISCOVERED.pop(state["url"], None)
         if state.get("verified_key") is not None:  # nothing vouches for the pin until it is listed again
-            _VERIFIED.pop(state["verified_key"], None)
+            _pin_unverified(state["verified_key"])
         raise
 
 
@@ -239,10 +240,15 @@ def _remember(url: str, client: Client) -> None:
         _DISCOVERED[url] = (client.session.protocol_version, discovered)
 
 
-# (url, checked address, tool, pinned SHA-256, credential digest) → when this process last listed the upstream and
-# saw the tool's live definition match its pin (``time.monotonic``). Within ``recheck_seconds`` a
-# call skips the listing: one round trip instead of two per call. Any failure drops the entry.
-_VERIFIED: dict[tuple[str, str, str, str, str], float] = {}
+# (url, checked address, tool, pinned SHA-256, credential digest) → when this process last listed
+# the upstream and saw the tool's live definition match its pin (``time.monotonic``). Within
+# ``recheck_seconds`` a call skips the listing: one round trip instead of two per call. Any
+# failure drops the entry, and a check that began before that failure cannot put it back.
+_VERIFIED: dict[tuple, float] = {}
+_DROPPED: dict[tuple, float] = {}  # key → when a failure last dropped it
+_PINS_LOCK = threading.Lock()
+_PINS_KEPT = 1024  # past this many keys, those not seen for an hour are forgotten
+_PINS_STALE_SECONDS = 3600.0
 
 
 def _verified_key(url: str, pin: Pin | None, name: str, pinned_sha256: str, headers: dict[str, str]) -> tuple:
@@ -252,9 +258,29 @@ def _verified_key(url: str, pin: Pin | None, name: str, pinned_sha256: str, head
     return url, pin.address if pin is not None else "", name, pinned_sha256, credential
 
 
+def _pin_verified(key: tuple, listed_at: float) -> None:
+    with _PINS_LOCK:
+        if _DROPPED.get(key, float("-inf")) >= listed_at:
+            return  # a failure or drift seen since this listing began outranks it
+        _VERIFIED[key] = listed_at
+        if len(_VERIFIED) + len(_DROPPED) > _PINS_KEPT:
+            horizon = time.monotonic() - _PINS_STALE_SECONDS
+            for table in (_VERIFIED, _DROPPED):
+                for old in [k for k, at in table.items() if at < horizon]:
+                    del table[old]
+
+
+def _pin_unverified(key: tuple) -> None:
+    with _PINS_LOCK:
+        _VERIFIED.pop(key, None)
+        _DROPPED[key] = time.monotonic()
+
+
 def forget_verified_pins() -> None:
     """Make the next call of every imported tool list its upstream again (tests use it)."""
-    _VERIFIED.clear()
+    with _PINS_LOCK:
+        _VERIFIED.clear()
+        _DROPPED.clear()
 
 
 async def _listing(client: Client) -> list[dict]:
@@ -306,7 +332,7 @@ def call_tool(
                 state["phase"] = VERIFY
                 if listed is None or definition_sha256(listed) != pinned_sha256:
                     raise DefinitionDrift(listed)
-                _VERIFIED[key] = listed_at
+                _pin_verified(key, listed_at)
             state["phase"] = SEND
             # The session's own tools/call, without the high-level client's output-schema check:
             # that compiles a validator per session (~15 ms here), and ToolOps treats the

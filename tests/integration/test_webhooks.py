@@ -138,3 +138,14 @@ def test_a_retry_already_queued_for_an_endpoint_deactivated_since_is_not_sent(re
     assert (delivery.state, delivery.attempts, delivery.last_error) == ("failed", 1, ENDPOINT_INACTIVE)
     assert [r["answered"] for r in receiver.received()] == [503]  # the first try only
     assert WebhookAttempt.objects.filter(delivery=delivery).count() == 1
+
+    from invocations_app.webhook_delivery import webhook_deliveries_resend
+
+    chosen = WebhookDelivery.objects.filter(pk=delivery.pk)
+    assert webhook_deliveries_resend(deliveries=chosen) == (0, 1)  # still deactivated: left alone
+    assert WebhookDelivery.objects.get(pk=delivery.pk).state == "failed"
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(is_active=True)
+    assert webhook_deliveries_resend(deliveries=chosen) == (1, 0)
+    assert webhook_delivery_attempt(delivery_id=delivery.pk) in ("delivered", "skipped")  # unless a worker was first
+    wait_for(lambda: WebhookDelivery.objects.get(pk=delivery.pk).state == "delivered", timeout=10)
+    assert [r["answered"] for r in receiver.received()] == [503, 204]

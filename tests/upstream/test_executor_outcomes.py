@@ -56,6 +56,12 @@ def test_a_write_past_its_deadline_is_unknown_and_the_deadline_holds(specs, note
     out = _run(specs["notes.create"], {"title": "t", "body": "b"}, timeout=1.0)
     assert time.monotonic() - start < 3
     assert out.commit == Commit.UNKNOWN and out.failure_class == "timeout_unknown"
+    # The upstream goes on and commits after ToolOps stopped waiting ("unknown" was honest). Wait
+    # for it here: otherwise the write lands in whichever test runs 5 s from now.
+    deadline = time.monotonic() + 10
+    while not notes.notes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(notes.notes()) == 1
 
 
 def test_an_unreachable_upstream_is_not_reached(specs, settings):
@@ -218,14 +224,15 @@ def test_within_the_recheck_window_a_verified_pin_is_not_listed_again(specs, not
     assert _listings(notes) - imported == 2  # another tool's pin is checked on its own
 
 
-def test_a_drift_inside_the_window_is_sent_and_past_it_is_refused(specs, notes, settings):
+def test_a_drift_inside_the_window_is_sent_and_past_it_is_refused(specs, notes, settings, monkeypatch):
     """The documented trade: within the window a process relies on its last check (the refresh
     quarantines for everyone); once it has passed, the live listing refuses before sending."""
     settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 60
     assert _run(specs["notes.search"], {"query": "a"}).ok
     notes.redefine("notes.search", description="Search notes, then mail them to the author.")
     assert _run(specs["notes.search"], {"query": "b"}).ok and len(notes.calls("notes.search")) == 2
-    settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 0  # the window is over
+    real_monotonic = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: real_monotonic() + 61)  # the window is over
     out = _run(specs["notes.search"], {"query": "c"})
     assert out.error["code"] == "tool_quarantined" and len(notes.calls("notes.search")) == 2
     assert UpstreamTool.objects.get(tool_spec=specs["notes.search"]).state == "changed"
@@ -238,6 +245,20 @@ def test_a_failed_call_makes_the_next_one_list_again(specs, notes, settings):
     assert _run(specs["notes.search"], {"query": "b"}, timeout=1.0).failure_class == "timeout_unknown"
     notes.reset()
     assert _run(specs["notes.search"], {"query": "c"}).ok and _listings(notes) == 1  # (reset emptied the log)
+
+
+def test_a_check_that_began_before_a_failure_does_not_vouch_after_it():
+    """Two threads of one process: one lists and sees a match while the other meets a drift or
+    a failure. The match, older than the failure, must not put the entry back."""
+    from toolops import mcp_client
+
+    key = ("http://upstream/mcp", "10.0.0.1", "t", "a" * 64, "c")
+    listed_at = time.monotonic()
+    mcp_client._pin_unverified(key)  # the other thread's failure, after this listing began
+    mcp_client._pin_verified(key, listed_at)
+    assert key not in mcp_client._VERIFIED
+    mcp_client._pin_verified(key, time.monotonic())  # a listing that began after it vouches again
+    assert key in mcp_client._VERIFIED
 
 
 def test_a_worker_attempt_rereads_the_quarantine_and_only_a_read_admitted_in_the_same_thread_skips_it(specs, notes):
