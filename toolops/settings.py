@@ -427,16 +427,16 @@ CELERY_DB_REUSE_MAX = 2**62
 TOOLOPS_NOTIFY_BY_EMAIL = env_bool("TOOLOPS_NOTIFY_BY_EMAIL", False)
 
 TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
-# Egress (SPEC §5): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
-# (nothing is open by default, the demo services and the demo notes MCP server neither: `make run`
-# adds both addresses for the processes it starts). A model-supplied URL needs a grant
-# naming the address instead. The MCP executor, `mcp_import` and the upstream refresh obey it too.
 # An imported MCP tool's executor lists the upstream and compares the live definition with its
 # pin before a call, unless this process saw it match within this many seconds (0: before every
 # call). The refresh (TOOLOPS_UPSTREAM_REFRESH_SECONDS) quarantines a change for every process.
 TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = env_int("TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS", 5)
 if TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS < 0:
     raise ImproperlyConfigured("TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS must be 0 or more")
+# Egress (SPEC §5): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
+# (nothing is open by default, the demo services and the demo notes MCP server neither: `make run`
+# adds both addresses for the processes it starts). A model-supplied URL needs a grant
+# naming the address instead. The MCP executor, `mcp_import` and the upstream refresh obey it too.
 TOOLOPS_EGRESS_ALLOW = [e.strip() for e in os.environ.get("TOOLOPS_EGRESS_ALLOW", "").split(",") if e.strip()]
 # The HMAC key for remote idempotency keys (toolops/runtime/remote_keys.py); default: derived
 # from SECRET_KEY. Changing it changes the keys new calls send; calls in flight keep theirs.
