@@ -216,7 +216,7 @@ def test_the_web_pool_replaces_a_connection_the_database_killed(agent):
         pid = cur.fetchone()[0]
     connection.close()  # back to the pool, as after a request
     with connection.pool.connection() as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        other.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])  # returns once it has ended
     for _ in range(3):  # every pooled connection may be the dead one
         assert agent.get("/api/v1/tools").status_code == 200
 
