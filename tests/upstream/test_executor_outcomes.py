@@ -238,6 +238,16 @@ def test_a_drift_inside_the_window_is_sent_and_past_it_is_refused(specs, notes, 
     assert UpstreamTool.objects.get(tool_spec=specs["notes.search"]).state == "changed"
 
 
+def test_a_check_made_with_one_credential_does_not_vouch_for_another(specs, notes, settings):
+    settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 60
+    assert _run(specs["notes.search"], {"query": "a"}).ok
+    settings.TOOLOPS_TOOL_SECRETS = {**settings.TOOLOPS_TOOL_SECRETS, "NOTES_MCP_TOKEN": "another"}
+    out = _run(specs["notes.search"], {"query": "b"})
+    # Refused while listing for this credential (its own check), not skipped straight to the call.
+    assert out.http_status == 401 and out.detail["phase"] == "list", out
+    assert len(notes.calls("notes.search")) == 1
+
+
 def test_a_failed_call_makes_the_next_one_list_again(specs, notes, settings):
     settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 60
     assert _run(specs["notes.search"], {"query": "a"}).ok
