@@ -135,9 +135,9 @@ def webhook_deliveries_resend(*, deliveries) -> tuple[int, int]:
     because their endpoint is deactivated)``. Delivered ones stay delivered, and one a worker is
     sending right now is not touched (the state is checked again in the UPDATE)."""
     resendable = [WebhookDelivery.Status.FAILED, WebhookDelivery.Status.PENDING]
-    chosen = deliveries.filter(state__in=resendable)
-    inactive = chosen.filter(endpoint__is_active=False).count()
-    ids = list(chosen.filter(endpoint__is_active=True).values_list("pk", flat=True))
+    chosen = list(deliveries.filter(state__in=resendable).values_list("pk", "endpoint__is_active"))
+    ids = [pk for pk, active in chosen if active]
+    inactive = len(chosen) - len(ids)
     WebhookDelivery.objects.filter(pk__in=ids, state__in=resendable).update(
         state=WebhookDelivery.Status.PENDING, next_attempt_at=timezone.now())
     for pk in ids:

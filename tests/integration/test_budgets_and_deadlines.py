@@ -199,7 +199,7 @@ def test_a_retry_after_past_the_deadline_fails_before_the_commit_boundary(demo_a
 
 def test_a_confirmed_calls_deadline_starts_at_approval(demo_agent, demo_services, worker):
     spec = make_demo_spec(name="calendar.create_event", copy_as="calendar.create_event_quick",
-                          timeout_policy={"attempt_timeout_seconds": 1, "deadline_seconds": 2})
+                          timeout_policy={"attempt_timeout_seconds": 2, "deadline_seconds": 2})
     run, call = _call(demo_agent, [spec.ref])
     inv = _propose(demo_agent, call, spec.ref, json.dumps(CALENDAR_ARGS), "call_1").json()
     time.sleep(2.5)  # longer than the tool's own deadline: a person's time does not count against it

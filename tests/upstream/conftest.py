@@ -81,13 +81,10 @@ def notes_upstream():
 def notes(notes_upstream, settings):
     """A fresh upstream (no notes, base definitions, empty request log) and ToolOps configured
     with the credential by reference and its loopback address on the operator's egress allow-list.
-    Every call lists the upstream before it is sent (pin recheck window 0, nothing remembered
-    from an earlier test), the strict mode these tests change definitions under; the window
-    itself has its own tests."""
-    from toolops.mcp_client import forget_verified_pins
-
+    Every call lists the upstream before it is sent (pin recheck window 0; what an earlier test
+    verified is forgotten by ``tests/conftest.py``), the strict mode these tests change
+    definitions under; the window itself has its own tests."""
     notes_upstream.reset()
-    forget_verified_pins()
     settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = 0
     settings.TOOLOPS_TOOL_SECRETS = {**(settings.TOOLOPS_TOOL_SECRETS or {}), "NOTES_MCP_TOKEN": NOTES_SECRET}
     settings.TOOLOPS_EGRESS_ALLOW = [*settings.TOOLOPS_EGRESS_ALLOW, notes_upstream.address]
