@@ -205,15 +205,15 @@ def direct_session(url: str, n: int) -> list[float]:
 
 
 def direct_like_worker(url: str, spec, n: int) -> list[float]:
-    """One call as the worker makes it (fresh session, deadline, cap, the pin check when the
-    recheck window has passed), outside ToolOps."""
+    """One read as the worker makes it (a fresh session on the kept connection, deadline, cap,
+    the pin check when the recheck window has passed), outside ToolOps."""
     out = []
     for i in range(n):
         start = time.perf_counter()
         mcp_client.call_tool(url=url, headers=credential_headers("secret:BENCH_NOTES_TOKEN"), name="notes.search",
                              arguments={"query": f"q{i}"}, meta={}, timeout=10, max_bytes=1 << 20,
                              pinned_sha256=spec.executor["definition_sha256"],
-                             recheck_seconds=settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS)
+                             recheck_seconds=settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS, keep_connection=True)
         out.append((time.perf_counter() - start) * 1000)
     return out
 

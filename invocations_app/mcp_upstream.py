@@ -119,7 +119,7 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
             url=config["url"], headers=headers, name=config["tool"],
             arguments=arguments if isinstance(arguments, dict) else {}, meta=meta, timeout=ctx.timeout_seconds,
             max_bytes=response_cap(config, ctx), pinned_sha256=config.get("definition_sha256"), pin=pin,
-            recheck_seconds=settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS,
+            recheck_seconds=settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS, keep_connection=not write,
         )
     except mcp_client.DefinitionDrift as drift:
         name, version = parse_tool_ref(ctx.tool_ref)

@@ -1,10 +1,16 @@
 """Talking to an upstream MCP server with the official SDK ``Client``, from synchronous code.
 
-Celery workers and management commands are synchronous; each call here runs the async client
-with ``anyio.run`` inside one wall-clock deadline (``anyio.fail_after``) and reads every
-response through a byte cap (a wrapping httpx transport), so a slow or huge answer cannot hold
-a worker. No Django here: callers pass the URL, the headers (credentials resolved by them) and
-the limits.
+Celery workers, the MCP front door's database threads and management commands are synchronous;
+each call here hands the async client to this process's one upstream event loop (a daemon
+thread, ``_UpstreamLoop``) and waits for it under one wall-clock deadline (``anyio.fail_after``).
+Every response is read through a byte cap (a wrapping httpx transport), so a slow or huge answer
+cannot hold a worker. No Django here: callers pass the URL, the headers (credentials resolved by
+them) and the limits.
+
+Reads (``keep_connection=True``) reuse this process's HTTP connection to the upstream for a
+short while (``KEPT_IDLE_SECONDS``), which saves the TCP connect per call; writes always open a
+connection of their own, so a keep-alive connection the server is closing at that moment can
+never turn a write into an unknown outcome. Every call still opens its own MCP session.
 
 What a failure means is decided by *when* it happened, because that is what the commit boundary
 depends on: anything before the ``tools/call`` request was written (connect, version probe,
@@ -14,8 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import contextvars
 import functools
 import hashlib
+import os
 import ssl
 import threading
 import time
@@ -95,13 +104,20 @@ class _CappedStream(httpx2.AsyncByteStream):
         await self.inner.aclose()
 
 
-class _CappedTransport(httpx2.AsyncBaseTransport):
-    """Streams each response body through a byte counter that stops at ``limit``, notes the
-    last HTTP status (the SDK folds a non-2xx answer into a generic JSON-RPC error) and, with a
-    ``pin``, sends only to the pinned origin, connecting to its checked address."""
+# The exchange under way in this task: its phase, the last HTTP status seen, the byte cap. The
+# SDK runs each POST in a task of the sender's context, so a connection shared by concurrent
+# calls still reports to the call that made the request.
+_EXCHANGE: contextvars.ContextVar[dict] = contextvars.ContextVar("toolops_mcp_exchange")
 
-    def __init__(self, limit: int, state: dict, pin: Pin | None = None):
-        self.inner, self.limit, self.state = httpx2.AsyncHTTPTransport(verify=_ssl_context()), limit, state
+
+class _CappedTransport(httpx2.AsyncBaseTransport):
+    """Streams each response body through a byte counter that stops at the current exchange's
+    cap, notes its last HTTP status (the SDK folds a non-2xx answer into a generic JSON-RPC
+    error) and, with a ``pin``, sends only to the pinned origin, connecting to its checked
+    address."""
+
+    def __init__(self, pin: Pin | None = None, limits: httpx2.Limits | None = None):
+        self.inner = httpx2.AsyncHTTPTransport(verify=_ssl_context(), **({"limits": limits} if limits else {}))
         self.pin = pin
 
     def _pinned(self, request):
@@ -114,11 +130,12 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
         return request
 
     async def handle_async_request(self, request):
+        exchange = _EXCHANGE.get()
         if self.pin is not None:
             request = self._pinned(request)
         response = await self.inner.handle_async_request(request)
-        self.state["http_status"] = response.status_code
-        response.stream = _CappedStream(response.stream, self.limit)
+        exchange["http_status"] = response.status_code
+        response.stream = _CappedStream(response.stream, exchange["max_bytes"])
         return response
 
     async def aclose(self) -> None:
@@ -131,12 +148,112 @@ def _ssl_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
-def _http_client(headers: dict[str, str], timeout: float, max_bytes: int, state: dict,
-                 pin: Pin | None = None) -> httpx2.AsyncClient:
+def _http_client(headers: dict[str, str], timeout: float, pin: Pin | None = None,
+                 limits: httpx2.Limits | None = None) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(
-        headers=headers, transport=_CappedTransport(max_bytes, state, pin), follow_redirects=False,
+        headers=headers, transport=_CappedTransport(pin, limits), follow_redirects=False,
         timeout=httpx2.Timeout(timeout),
     )
+
+
+# A kept connection idle longer than this is closed, not reused: well inside the keep-alive
+# timeouts servers commonly use (gunicorn 2 s, uvicorn and Node 5 s), so the server does not
+# close it under a request.
+KEPT_IDLE_SECONDS = 1.0
+KEPT_CLIENTS_MAX = 64  # upstream endpoints (URL, address, credential) with a kept connection
+# A kept client's own timeouts never fire first: each call's deadline is its ``fail_after``.
+_KEPT_TIMEOUT_SECONDS = 3600.0
+
+
+class _Kept:
+    """A kept HTTP client and the calls using it: one taken out of the table (evicted, or after
+    a failure) is closed when its last call is done, never under a call."""
+
+    def __init__(self, client: httpx2.AsyncClient) -> None:
+        self.client, self.users, self.retired = client, 0, False
+
+    def release(self) -> None:
+        self.users -= 1
+        self.close_when_idle()
+
+    def close_when_idle(self) -> None:
+        if self.retired and self.users == 0:
+            asyncio.get_running_loop().create_task(self.client.aclose())
+
+
+class _UpstreamLoop:
+    """This process's event loop for upstream exchanges, in a daemon thread started on first
+    use (a forked child starts its own), and the HTTP clients kept on it for reads.
+
+    Synchronous callers wait on ``run``; everything that touches a kept client runs on the
+    loop thread, so the kept table needs no lock of its own."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.kept: dict[tuple, _Kept] = {}  # insertion order: least recently used first
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self.lock:
+            if self.loop is None:
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="toolops-mcp-upstream", daemon=True).start()
+                self.loop = loop
+            return self.loop
+
+    def after_fork(self) -> None:
+        self.lock, self.loop, self.kept = threading.Lock(), None, {}
+
+    def run(self, coro_fn, *, timeout: float):
+        """``coro_fn()`` on the loop thread; the caller's deadline is enforced inside it, this
+        wait only guards against a wedged loop."""
+        future = asyncio.run_coroutine_threadsafe(coro_fn(), self._running_loop())
+        try:
+            return future.result(timeout + 5.0)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError("the upstream loop did not answer within the deadline") from None
+
+    def take(self, key: tuple, headers: dict[str, str], pin: Pin | None) -> _Kept:
+        """The kept client for ``key``, made on first use; the caller ``release()``s it (loop
+        thread only)."""
+        kept = self.kept.pop(key, None)
+        if kept is None:
+            kept = _Kept(_http_client(headers, _KEPT_TIMEOUT_SECONDS, pin,
+                                      httpx2.Limits(max_keepalive_connections=8, keepalive_expiry=KEPT_IDLE_SECONDS)))
+            while len(self.kept) >= KEPT_CLIENTS_MAX:
+                self._retire(self.kept.pop(next(iter(self.kept))))
+        self.kept[key] = kept
+        kept.users += 1
+        return kept
+
+    def drop(self, key: tuple) -> None:
+        """After a failure: the next call to this endpoint opens a new connection (loop thread only)."""
+        kept = self.kept.pop(key, None)
+        if kept is not None:
+            self._retire(kept)
+
+    @staticmethod
+    def _retire(kept: _Kept) -> None:
+        kept.retired = True
+        kept.close_when_idle()
+
+    def forget(self) -> None:
+        """Close every kept client (tests use it)."""
+        with self.lock:
+            loop = self.loop
+        if loop is None or not self.kept:
+            return
+
+        async def retire_all():
+            for key in list(self.kept):
+                self.drop(key)
+
+        asyncio.run_coroutine_threadsafe(retire_all(), loop).result(10)
+
+
+_UPSTREAM = _UpstreamLoop()
+os.register_at_fork(after_in_child=_UPSTREAM.after_fork)
 
 
 def _tool_dict(tool) -> dict:
@@ -189,26 +306,22 @@ def _run(coro_fn, *, timeout: float, state: dict):
         raise
 
 
-def _run_blocking(fn):
-    """``anyio.run(fn)``; from a thread whose event loop is running (an ASGI process, a test
-    driving a browser), in a helper thread, since a second loop cannot run in the same thread."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return anyio.run(fn)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(anyio.run, fn).result()
-
-
 def _run_classified(coro_fn, *, timeout: float, state: dict):
-    """Run ``coro_fn()`` under one wall-clock deadline; failures come back as ``UpstreamFailure``."""
+    """Run ``coro_fn()`` on the upstream loop under one wall-clock deadline, as the exchange
+    ``state`` (phase, status, cap); failures come back as ``UpstreamFailure``."""
 
     async def bounded():
-        with anyio.fail_after(timeout):
-            return await coro_fn()
+        _EXCHANGE.set(state)
+        try:
+            with anyio.fail_after(timeout):
+                return await coro_fn()
+        except BaseException:
+            if state.get("kept_key") is not None:
+                _UPSTREAM.drop(state["kept_key"])
+            raise
 
     try:
-        return _run_blocking(bounded)
+        return _UPSTREAM.run(bounded, timeout=timeout)
     except (DefinitionDrift, UpstreamFailure):
         raise
     except BaseException as exc:  # noqa: BLE001 - classified, never swallowed: re-raised as UpstreamFailure
@@ -254,8 +367,15 @@ _PINS_STALE_SECONDS = 3600.0
 def _verified_key(url: str, pin: Pin | None, name: str, pinned_sha256: str, headers: dict[str, str]) -> tuple:
     # Another address (the name resolved elsewhere) or another credential may be shown another
     # listing: its check is its own.
-    credential = hashlib.sha256(repr(sorted(headers.items())).encode()).hexdigest()
-    return url, pin.address if pin is not None else "", name, pinned_sha256, credential
+    return url, pin.address if pin is not None else "", name, pinned_sha256, _credential_digest(headers)
+
+
+def _endpoint_key(url: str, pin: Pin | None, headers: dict[str, str]) -> tuple:
+    return url, pin.address if pin is not None else "", _credential_digest(headers)
+
+
+def _credential_digest(headers: dict[str, str]) -> str:
+    return hashlib.sha256(repr(sorted(headers.items())).encode()).hexdigest()
 
 
 def _pin_verified(key: tuple, listed_at: float) -> None:
@@ -277,10 +397,12 @@ def _pin_unverified(key: tuple) -> None:
 
 
 def forget_verified_pins() -> None:
-    """Make the next call of every imported tool list its upstream again (tests use it)."""
+    """Make the next call of every imported tool list its upstream again and open a new
+    connection (tests use it)."""
     with _PINS_LOCK:
         _VERIFIED.clear()
         _DROPPED.clear()
+    _UPSTREAM.forget()
 
 
 async def _listing(client: Client) -> list[dict]:
@@ -296,10 +418,10 @@ async def _listing(client: Client) -> list[dict]:
 
 def list_tools(*, url: str, headers: dict[str, str], timeout: float, max_bytes: int, pin: Pin | None = None) -> list[dict]:
     """The upstream's ``tools/list`` (all pages) as wire-form dicts."""
-    state = {"phase": CONNECT, "url": url}
+    state = {"phase": CONNECT, "url": url, "max_bytes": max_bytes}
 
     async def go():
-        async with _http_client(headers, timeout, max_bytes, state, pin) as http, _client(url, http) as client:
+        async with _http_client(headers, timeout, pin) as http, _client(url, http) as client:
             _remember(url, client)
             state["phase"] = LIST
             return await _listing(client)
@@ -310,19 +432,29 @@ def list_tools(*, url: str, headers: dict[str, str], timeout: float, max_bytes: 
 def call_tool(
     *, url: str, headers: dict[str, str], name: str, arguments: Any, meta: dict, timeout: float, max_bytes: int,
     pinned_sha256: str | None = None, pin: Pin | None = None, recheck_seconds: float = 0.0,
+    keep_connection: bool = False,
 ) -> CallResult:
     """List, check the live definition against ``pinned_sha256`` (``DefinitionDrift`` before
     anything is sent), then ``tools/call`` — all in one session under one deadline. With ``pin``
     (the egress check's answer) every request goes to that origin's checked address. The listing
     is skipped when this process saw the same definition match within ``recheck_seconds``
-    (0: list before every call)."""
+    (0: list before every call). ``keep_connection`` (reads only): reuse this process's recent
+    connection to the upstream; any failure closes it."""
     key = _verified_key(url, pin, name, pinned_sha256, headers) if pinned_sha256 is not None else None
-    state = {"phase": CONNECT, "url": url, "verified_key": key}
+    kept_key = _endpoint_key(url, pin, headers) if keep_connection else None
+    state = {"phase": CONNECT, "url": url, "verified_key": key, "kept_key": kept_key, "max_bytes": max_bytes}
     verified_at = _VERIFIED.get(key) if key is not None else None
     check = key is not None and (verified_at is None or time.monotonic() - verified_at >= recheck_seconds)
 
     async def go():
-        async with _http_client(headers, timeout, max_bytes, state, pin) as http, _client(url, http) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            if kept_key is not None:
+                kept = _UPSTREAM.take(kept_key, headers, pin)
+                stack.callback(kept.release)
+                http = kept.client
+            else:
+                http = await stack.enter_async_context(_http_client(headers, timeout, pin))
+            client = await stack.enter_async_context(_client(url, http))
             _remember(url, client)
             listed = None
             if check:

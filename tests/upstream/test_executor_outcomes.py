@@ -290,3 +290,64 @@ def test_the_client_works_from_a_thread_whose_event_loop_is_running(notes):
         return upstream_list(url=notes.url, credential=SECRET_REF)  # a sync call, as an ASGI view might make
 
     assert {t["name"] for t in asyncio.run(inside_a_loop())} >= {"notes.search", "notes.create"}
+
+
+def _kept_connections() -> dict:
+    """This process's kept upstream clients: endpoint key → the httpcore connections in its pool."""
+    from toolops import mcp_client
+
+    return {key: list(kept.client._transport.inner._pool.connections) for key, kept in mcp_client._UPSTREAM.kept.items()}
+
+
+def test_reads_reuse_one_kept_connection_and_writes_open_their_own(specs, notes):
+    for query in ("a", "b", "c"):
+        assert _run(specs["notes.search"], {"query": query}).ok
+    kept = _kept_connections()
+    assert len(kept) == 1 and len(next(iter(kept.values()))) == 1, kept  # three reads, one TCP connection
+    before = next(iter(kept.values()))[0]
+    assert _run(specs["notes.create"], {"title": "t", "body": "b"}).ok
+    after = _kept_connections()
+    assert list(after) == list(kept) and next(iter(after.values())) == [before]  # the write used none of it
+
+
+def test_a_failed_read_closes_the_kept_connection(specs, notes):
+    assert _run(specs["notes.search"], {"query": "a"}).ok
+    first = next(iter(_kept_connections().values()))[0]
+    notes.fault("notes.search", "delay", seconds=3)
+    assert _run(specs["notes.search"], {"query": "b"}, timeout=1.0).failure_class == "timeout_unknown"
+    assert _kept_connections() == {}  # dropped: nothing half-read is ever reused
+    notes.reset()
+    assert _run(specs["notes.search"], {"query": "c"}).ok
+    assert next(iter(_kept_connections().values())) != [first]
+
+
+def test_a_kept_connection_applies_each_calls_own_cap(specs, notes):
+    """The byte cap belongs to the call, not to the connection it shares."""
+    for i in range(30):
+        _run(specs["notes.create"], {"title": f"n{i}", "body": "x" * 200}, key=f"k{i}")
+    spec = specs["notes.search"]
+    assert _run(spec, {"query": "n"}).ok  # opens the kept connection with the ToolSpec's own cap
+    small = executors.execute(config={**spec.executor, "max_response_bytes": 2000}, arguments={"query": "n"}, ctx=_ctx(spec))
+    assert small.detail["kind"] == "too_large"
+    assert _run(spec, {"query": "n"}).ok  # and the next call has its own cap again
+
+
+def test_concurrent_reads_through_one_kept_client_each_get_their_own_answer(specs, notes):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    for i in range(6):
+        _run(specs["notes.create"], {"title": f"note-{i}", "body": "b"}, key=f"c{i}")
+    spec = specs["notes.search"]
+
+    def read(i):
+        try:
+            return _run(spec, {"query": f"note-{i}"})
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        outs = list(pool.map(read, range(6)))
+    assert len(_kept_connections()) == 1
+    assert [[n["title"] for n in out.value["notes"]] for out in outs] == [[f"note-{i}"] for i in range(6)]
