@@ -7,10 +7,12 @@ Every response is read through a byte cap (a wrapping httpx transport), so a slo
 cannot hold a worker. No Django here: callers pass the URL, the headers (credentials resolved by
 them) and the limits.
 
-Reads (``keep_connection=True``) reuse this process's HTTP connection to the upstream for a
-short while (``KEPT_IDLE_SECONDS``), which saves the TCP connect per call; writes always open a
-connection of their own, so a keep-alive connection the server is closing at that moment can
-never turn a write into an unknown outcome. Every call still opens its own MCP session.
+Reads (``keep_connection=True``) reuse this process's HTTP connection and an idle MCP session
+to the upstream for a short while (``KEPT_IDLE_SECONDS``), which saves the TCP connect and the
+session's set-up per call; writes always open a connection and a session of their own, so a
+keep-alive connection the server is closing at that moment can never turn a write into an
+unknown outcome. A session serves one call at a time; any failure closes the endpoint's
+connections and sessions.
 
 What a failure means is decided by *when* it happened, because that is what the commit boundary
 depends on: anything before the ``tools/call`` request was written (connect, version probe,
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import contextvars
 import functools
 import hashlib
@@ -90,15 +91,19 @@ class CallResult:
 
 
 class _CappedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner, limit: int):
-        self.inner, self.limit, self.seen = inner, limit, 0
+    def __init__(self, inner, limit: int, exchange: dict):
+        self.inner, self.limit, self.seen, self.exchange = inner, limit, 0, exchange
 
     async def __aiter__(self):
-        async for chunk in self.inner:
-            self.seen += len(chunk)
-            if self.seen > self.limit:
-                raise ResponseTooLarge(f"response larger than {self.limit} bytes")
-            yield chunk
+        try:
+            async for chunk in self.inner:
+                self.seen += len(chunk)
+                if self.seen > self.limit:
+                    raise ResponseTooLarge(f"response larger than {self.limit} bytes")
+                yield chunk
+        except Exception as exc:
+            _note_transport_failure(self.exchange, exc)
+            raise
 
     async def aclose(self) -> None:
         await self.inner.aclose()
@@ -108,6 +113,12 @@ class _CappedStream(httpx2.AsyncByteStream):
 # SDK runs each POST in a task of the sender's context, so a connection shared by concurrent
 # calls still reports to the call that made the request.
 _EXCHANGE: contextvars.ContextVar[dict] = contextvars.ContextVar("toolops_mcp_exchange")
+
+
+def _note_transport_failure(exchange: dict, exc: Exception) -> None:
+    # On a kept session the transport fails in the session's own task and the call only sees
+    # "connection closed": the call reads the real cause (timeout, cap, drop) from here.
+    exchange.setdefault("transport_failure", exc)
 
 
 class _CappedTransport(httpx2.AsyncBaseTransport):
@@ -131,11 +142,15 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request):
         exchange = _EXCHANGE.get()
-        if self.pin is not None:
-            request = self._pinned(request)
-        response = await self.inner.handle_async_request(request)
+        try:
+            if self.pin is not None:
+                request = self._pinned(request)
+            response = await self.inner.handle_async_request(request)
+        except Exception as exc:
+            _note_transport_failure(exchange, exc)
+            raise
         exchange["http_status"] = response.status_code
-        response.stream = _CappedStream(response.stream, exchange["max_bytes"])
+        response.stream = _CappedStream(response.stream, exchange["max_bytes"], exchange)
         return response
 
     async def aclose(self) -> None:
@@ -161,24 +176,123 @@ def _http_client(headers: dict[str, str], timeout: float, pin: Pin | None = None
 # close it under a request.
 KEPT_IDLE_SECONDS = 1.0
 KEPT_CLIENTS_MAX = 64  # upstream endpoints (URL, address, credential) with a kept connection
+_IDLE_SESSIONS_MAX = 8  # idle sessions (and connections) kept per endpoint: reads under way at once
 # A kept client's own timeouts never fire first: each call's deadline is its ``fail_after``.
 _KEPT_TIMEOUT_SECONDS = 3600.0
 
 
-class _Kept:
-    """A kept HTTP client and the calls using it: one taken out of the table (evicted, or after
-    a failure) is closed when its last call is done, never under a call."""
+class _Session:
+    """An MCP session kept open on the upstream loop for reads, used by one call at a time.
+
+    The SDK's client must be entered and left in one task, so the session lives in a task of
+    its own (``own``) until ``close()``; a call uses it through ``call``."""
+
+    def __init__(self) -> None:
+        self.client: Client | None = None
+        self.task: asyncio.Task | None = None
+        self.closing = asyncio.Event()
+        self.idle_since = 0.0
+
+    async def open(self, url: str, http: httpx2.AsyncClient) -> None:
+        ready = asyncio.get_running_loop().create_future()
+
+        async def own():
+            # The session's own requests (a legacy server's event stream) report to no call.
+            _EXCHANGE.set({"phase": CONNECT, "url": url, "max_bytes": 1 << 20})
+            try:
+                async with _client(url, http) as client:
+                    _remember(url, client)
+                    ready.set_result(client)
+                    await self.closing.wait()
+            except BaseException as exc:
+                if not ready.done():
+                    ready.set_exception(exc)
+                    return
+                raise
+
+        self.task = asyncio.get_running_loop().create_task(own(), context=contextvars.Context())
+        try:
+            self.client = await asyncio.shield(ready)
+        except BaseException:
+            self.task.cancel()  # it may still be connecting: the caller's deadline ends it too
+            self.close()
+            raise
+
+    async def call(self, coro_fn):
+        """``coro_fn(client)`` in the caller's task; when the session's transport fails under it,
+        the failure the transport noted (or the session task's own) is raised, not the SDK's
+        generic "connection closed"."""
+        try:
+            return await coro_fn(self.client)
+        except MCPError as exc:
+            exchange = _EXCHANGE.get()
+            if exc.error.code == types.CONNECTION_CLOSED and "transport_failure" not in exchange:
+                await asyncio.wait({self.task}, timeout=0.5)  # it is ending: its error says why
+                if self.task.done() and not self.task.cancelled() and self.task.exception() is not None:
+                    exchange["transport_failure"] = self.task.exception()
+            if "transport_failure" in exchange:
+                raise exchange["transport_failure"] from None
+            raise
+
+    def usable(self, now: float) -> bool:
+        return self.task is not None and not self.task.done() and now - self.idle_since < KEPT_IDLE_SECONDS
+
+    def close(self) -> None:
+        self.closing.set()
+        if self.task is not None:
+            self.task.add_done_callback(_ignore_outcome)
+
+
+def _ignore_outcome(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()  # a session closing after a failure: the call has reported it already
+
+
+class _Endpoint:
+    """One upstream (URL, checked address, credential) with a kept HTTP client and the MCP
+    sessions idle on it. Taken out of the table (evicted, or after a failure), it closes its
+    sessions and, once its last call is done, its client — never under a call."""
 
     def __init__(self, client: httpx2.AsyncClient) -> None:
         self.client, self.users, self.retired = client, 0, False
+        self.idle: list[_Session] = []
+
+    async def session(self, url: str) -> _Session:
+        now = time.monotonic()
+        while self.idle:
+            session = self.idle.pop()
+            if session.usable(now):
+                return session
+            session.close()
+        session = _Session()
+        await session.open(url, self.client)
+        return session
+
+    def give_back(self, session: _Session) -> None:
+        if self.retired or len(self.idle) >= _IDLE_SESSIONS_MAX:
+            session.close()
+            return
+        session.idle_since = time.monotonic()
+        self.idle.append(session)
 
     def release(self) -> None:
         self.users -= 1
         self.close_when_idle()
 
+    def retire(self) -> None:
+        self.retired = True
+        for session in self.idle:
+            session.close()
+        self.idle = []
+        self.close_when_idle()
+
     def close_when_idle(self) -> None:
         if self.retired and self.users == 0:
-            asyncio.get_running_loop().create_task(self.client.aclose())
+            asyncio.get_running_loop().create_task(self._close())
+
+    async def _close(self) -> None:
+        await asyncio.sleep(0)  # let the sessions' tasks leave their clients first
+        await self.client.aclose()
 
 
 class _UpstreamLoop:
@@ -191,7 +305,7 @@ class _UpstreamLoop:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.kept: dict[tuple, _Kept] = {}  # insertion order: least recently used first
+        self.kept: dict[tuple, _Endpoint] = {}  # insertion order: least recently used first
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self.lock:
@@ -214,29 +328,25 @@ class _UpstreamLoop:
             future.cancel()
             raise TimeoutError("the upstream loop did not answer within the deadline") from None
 
-    def take(self, key: tuple, headers: dict[str, str], pin: Pin | None) -> _Kept:
-        """The kept client for ``key``, made on first use; the caller ``release()``s it (loop
+    def take(self, key: tuple, headers: dict[str, str], pin: Pin | None) -> _Endpoint:
+        """The kept endpoint for ``key``, made on first use; the caller ``release()``s it (loop
         thread only)."""
-        kept = self.kept.pop(key, None)
-        if kept is None:
-            kept = _Kept(_http_client(headers, _KEPT_TIMEOUT_SECONDS, pin,
-                                      httpx2.Limits(max_keepalive_connections=8, keepalive_expiry=KEPT_IDLE_SECONDS)))
+        endpoint = self.kept.pop(key, None)
+        if endpoint is None:
+            endpoint = _Endpoint(_http_client(headers, _KEPT_TIMEOUT_SECONDS, pin, httpx2.Limits(
+                max_keepalive_connections=_IDLE_SESSIONS_MAX, keepalive_expiry=KEPT_IDLE_SECONDS)))
             while len(self.kept) >= KEPT_CLIENTS_MAX:
-                self._retire(self.kept.pop(next(iter(self.kept))))
-        self.kept[key] = kept
-        kept.users += 1
-        return kept
+                self.kept.pop(next(iter(self.kept))).retire()
+        self.kept[key] = endpoint
+        endpoint.users += 1
+        return endpoint
 
     def drop(self, key: tuple) -> None:
-        """After a failure: the next call to this endpoint opens a new connection (loop thread only)."""
-        kept = self.kept.pop(key, None)
-        if kept is not None:
-            self._retire(kept)
-
-    @staticmethod
-    def _retire(kept: _Kept) -> None:
-        kept.retired = True
-        kept.close_when_idle()
+        """After a failure: the next call to this endpoint opens a new connection and session
+        (loop thread only)."""
+        endpoint = self.kept.pop(key, None)
+        if endpoint is not None:
+            endpoint.retire()
 
     def forget(self) -> None:
         """Close every kept client (tests use it)."""
@@ -439,41 +549,50 @@ def call_tool(
     (the egress check's answer) every request goes to that origin's checked address. The listing
     is skipped when this process saw the same definition match within ``recheck_seconds``
     (0: list before every call). ``keep_connection`` (reads only): reuse this process's recent
-    connection to the upstream; any failure closes it."""
+    connection and an idle session to the upstream; any failure closes them."""
     key = _verified_key(url, pin, name, pinned_sha256, headers) if pinned_sha256 is not None else None
     kept_key = _endpoint_key(url, pin, headers) if keep_connection else None
     state = {"phase": CONNECT, "url": url, "verified_key": key, "kept_key": kept_key, "max_bytes": max_bytes}
     verified_at = _VERIFIED.get(key) if key is not None else None
     check = key is not None and (verified_at is None or time.monotonic() - verified_at >= recheck_seconds)
 
+    async def exchange(client: Client) -> CallResult:
+        listed = None
+        if check:
+            state["phase"] = LIST
+            listed_at = time.monotonic()
+            listed = next((t for t in await _listing(client) if t.get("name") == name), None)
+            state["phase"] = VERIFY
+            if listed is None or definition_sha256(listed) != pinned_sha256:
+                raise DefinitionDrift(listed)
+            _pin_verified(key, listed_at)
+        state["phase"] = SEND
+        # The session's own tools/call, without the high-level client's output-schema check:
+        # that compiles a validator per session (~15 ms here), and ToolOps treats the
+        # result as untrusted data behind its own size cap either way.
+        request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments, _meta=meta or None))
+        result = await client.session.send_request(request, types.CallToolResult)
+        return CallResult(
+            is_error=bool(result.is_error), structured=result.structured_content,
+            content=[b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in result.content], listed=listed,
+        )
+
     async def go():
-        async with contextlib.AsyncExitStack() as stack:
-            if kept_key is not None:
-                kept = _UPSTREAM.take(kept_key, headers, pin)
-                stack.callback(kept.release)
-                http = kept.client
-            else:
-                http = await stack.enter_async_context(_http_client(headers, timeout, pin))
-            client = await stack.enter_async_context(_client(url, http))
-            _remember(url, client)
-            listed = None
-            if check:
-                state["phase"] = LIST
-                listed_at = time.monotonic()
-                listed = next((t for t in await _listing(client) if t.get("name") == name), None)
-                state["phase"] = VERIFY
-                if listed is None or definition_sha256(listed) != pinned_sha256:
-                    raise DefinitionDrift(listed)
-                _pin_verified(key, listed_at)
-            state["phase"] = SEND
-            # The session's own tools/call, without the high-level client's output-schema check:
-            # that compiles a validator per session (~15 ms here), and ToolOps treats the
-            # result as untrusted data behind its own size cap either way.
-            request = types.CallToolRequest(params=types.CallToolRequestParams(name=name, arguments=arguments, _meta=meta or None))
-            result = await client.session.send_request(request, types.CallToolResult)
-            return CallResult(
-                is_error=bool(result.is_error), structured=result.structured_content,
-                content=[b.model_dump(by_alias=True, exclude_none=True, mode="json") for b in result.content], listed=listed,
-            )
+        if kept_key is None:
+            async with _http_client(headers, timeout, pin) as http, _client(url, http) as client:
+                _remember(url, client)
+                return await exchange(client)
+        endpoint = _UPSTREAM.take(kept_key, headers, pin)
+        try:
+            session = await endpoint.session(url)
+            try:
+                result = await session.call(exchange)
+            except BaseException:
+                session.close()  # and ``bounded`` drops the endpoint: nothing half-used is reused
+                raise
+        finally:
+            endpoint.release()
+        endpoint.give_back(session)
+        return result
 
     return _run(go, timeout=timeout, state=state)

@@ -299,11 +299,20 @@ def _kept_connections() -> dict:
     return {key: list(kept.client._transport.inner._pool.connections) for key, kept in mcp_client._UPSTREAM.kept.items()}
 
 
-def test_reads_reuse_one_kept_connection_and_writes_open_their_own(specs, notes):
-    for query in ("a", "b", "c"):
+def _idle_sessions() -> list:
+    from toolops import mcp_client
+
+    return [session for endpoint in mcp_client._UPSTREAM.kept.values() for session in endpoint.idle]
+
+
+def test_reads_reuse_one_kept_connection_and_session_and_writes_open_their_own(specs, notes):
+    assert _run(specs["notes.search"], {"query": "a"}).ok
+    session = _idle_sessions()
+    for query in ("b", "c"):
         assert _run(specs["notes.search"], {"query": query}).ok
+    assert _idle_sessions() == session and len(session) == 1  # three reads, one MCP session
     kept = _kept_connections()
-    assert len(kept) == 1 and len(next(iter(kept.values()))) == 1, kept  # three reads, one TCP connection
+    assert len(kept) == 1 and len(next(iter(kept.values()))) == 1, kept  # and one TCP connection
     before = next(iter(kept.values()))[0]
     assert _run(specs["notes.create"], {"title": "t", "body": "b"}).ok
     after = _kept_connections()
