@@ -1,7 +1,8 @@
 """Wake-ups for ``tools/call`` handlers waiting for an invocation to settle.
 
-A trigger (migration 0009) announces every committed state change of an invocation on
-PostgreSQL's ``toolops_invocation_state`` channel. One connection per MCP process LISTENs and
+A trigger (migrations 0012 and 0016) announces every committed change of an invocation to a
+state that answers a waiting call (final, or OUTCOME_UNKNOWN) on PostgreSQL's
+``toolops_invocation_state`` channel. One connection per MCP process LISTENs and
 sets the events of the handlers waiting for that invocation, so a call the worker finished is
 answered at once, not at the next tick of a polling loop. The handler still re-reads the row
 after each wake-up (the notification says only "something changed") and, as a safety net,

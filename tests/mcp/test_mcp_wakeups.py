@@ -1,5 +1,5 @@
 """A committed state change of an invocation wakes the front door's waiting handler (PostgreSQL
-LISTEN/NOTIFY, migration 0009 + ``invocations_app/mcp/wakeups.py``) instead of a polling tick."""
+LISTEN/NOTIFY, migrations 0012 and 0016 + ``invocations_app/mcp/wakeups.py``) instead of a polling tick."""
 from __future__ import annotations
 
 import time
@@ -52,3 +52,37 @@ def test_a_committed_state_change_wakes_the_waiter_of_that_invocation_only(trans
         return woke_after
 
     assert anyio.run(scenario) < 2
+
+
+def test_the_announced_states_are_the_final_ones_and_outcome_unknown():
+    """The migration writes its states out (a migration keeps its meaning): the state table's."""
+    import importlib
+
+    from toolops.runtime.states import TERMINAL, State
+
+    migration = importlib.import_module("invocations_app.migrations.0016_invocation_state_notify_answers")
+    assert set(migration.ANSWER_STATES) == {s.value for s in TERMINAL | {State.OUTCOME_UNKNOWN}}
+
+
+def test_only_a_change_that_answers_something_is_announced(transactional_db):
+    """A claim (→ EXECUTING) wakes nobody; the call's final transition does."""
+    require_postgres()
+    import psycopg
+
+    from invocations_app.transitions import invocation_transition
+    from invocations_app.mcp.wakeups import CHANNEL
+
+    subject = make_subject()
+    make_grant(subject=subject, tenant=subject.tenant)
+    invocation = admit_proposal(subject=subject, spec=make_toolspec(), arguments={"city": "Paris", "date": "2026-12-24"})
+    params = connections["default"].get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold"):
+        params.pop(key, None)
+    with psycopg.connect(**params, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        invocation_transition(invocation=invocation, src="AUTHORIZED", dst="EXECUTING", kind="claimed")
+        assert list(listener.notifies(timeout=0.5)) == []
+        invocation_transition(invocation=invocation, src="EXECUTING", dst="OBSERVED", kind="observed",
+                              fields={"commit_status": "not_applicable"})
+        seen = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]
+    assert seen == [str(invocation.pk)]
