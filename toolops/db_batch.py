@@ -42,7 +42,7 @@ def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]
     nothing is written then.
     """
     connection = connections[using]
-    statements = [_insert_statement(group, connection) for group in groups if group] + list(then)
+    statements = [_insert_statement(chunk, connection) for group in groups if group for chunk in _chunks(group)] + list(then)
     returning = None
     if keys_for:
         sql, params = _insert_statement(keys_for, connection)
@@ -172,6 +172,24 @@ def insert_returning_keys(objs: Sequence[models.Model], using: str = "default") 
     keys = execute_one(f"{sql} RETURNING {connection.ops.quote_name(type(objs[0])._meta.pk.column)}", params, using=using)
     for obj, (key,) in zip(objs, keys):
         obj.pk, obj._state.adding, obj._state.db = key, False, using
+
+
+# psycopg parses a statement's placeholders once and caches the result only for statements with
+# at most this many parameters (psycopg/_queries.py, MAX_CACHED_STATEMENT_PARAMS: ORMs' long
+# multi-row INSERTs vary too much to cache). Admission's six events (60 values) were parsed
+# afresh on every proposal (~0.1 ms); split into equal chunks below the limit, each chunk's
+# text is parsed once and prepared once, and the pipeline still sends them in one round trip.
+_CACHED_PARAMS_MAX = 50
+
+
+def _chunks(objs: Sequence[models.Model]) -> list[Sequence[models.Model]]:
+    """``objs`` in equal chunks (one INSERT each) of at most ``_CACHED_PARAMS_MAX`` values."""
+    per_row = len(type(objs[0])._meta.concrete_fields)
+    count = -(-len(objs) * per_row // _CACHED_PARAMS_MAX)  # ceiling division
+    if count <= 1 or per_row > _CACHED_PARAMS_MAX:
+        return [objs]
+    size = -(-len(objs) // count)
+    return [objs[i:i + size] for i in range(0, len(objs), size)]
 
 
 def _insert_statement(objs: Sequence[models.Model], connection) -> tuple[str, list]:
