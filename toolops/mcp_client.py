@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import hashlib
@@ -37,6 +38,7 @@ import httpx2
 import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from toolops.runtime.mcp_definitions import definition_sha256
 
@@ -177,6 +179,7 @@ def _http_client(headers: dict[str, str], timeout: float, pin: Pin | None = None
 KEPT_IDLE_SECONDS = 1.0
 KEPT_CLIENTS_MAX = 64  # upstream endpoints (URL, address, credential) with a kept connection
 _IDLE_SESSIONS_MAX = 8  # idle sessions (and connections) kept per endpoint: reads under way at once
+_CLOSE_SECONDS = 2.0  # how long a closing session may take to leave (a legacy session's DELETE)
 # A kept client's own timeouts never fire first: each call's deadline is its ``fail_after``.
 _KEPT_TIMEOUT_SECONDS = 3600.0
 
@@ -185,7 +188,10 @@ class _Session:
     """An MCP session kept open on the upstream loop for reads, used by one call at a time.
 
     The SDK's client must be entered and left in one task, so the session lives in a task of
-    its own (``own``) until ``close()``; a call uses it through ``call``."""
+    its own (``own``) until ``close()``; a call uses it through ``call``. Only a 2026-07-28
+    session is kept (``keepable``): its requests are self-contained, so the server holds nothing
+    for it. A legacy one (``Mcp-Session-Id``, its own event stream) serves one call and is
+    terminated, as a fresh session would be."""
 
     def __init__(self) -> None:
         self.client: Client | None = None
@@ -193,24 +199,30 @@ class _Session:
         self.closing = asyncio.Event()
         self.idle_since = 0.0
 
-    async def open(self, url: str, http: httpx2.AsyncClient) -> None:
-        ready = asyncio.get_running_loop().create_future()
+    async def open(self, url: str, http: httpx2.AsyncClient, exchange: dict) -> None:
+        """Open it for the call whose ``exchange`` this is: a handshake's HTTP status, cap and
+        transport failure are that call's, as on a fresh session."""
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        ready.add_done_callback(_ignore_outcome)  # the caller may have stopped waiting for it
 
         async def own():
-            # The session's own requests (a legacy server's event stream) report to no call.
-            _EXCHANGE.set({"phase": CONNECT, "url": url, "max_bytes": 1 << 20})
+            _EXCHANGE.set(exchange)
             try:
-                async with _client(url, http) as client:
+                async with contextlib.AsyncExitStack() as stack:
+                    client = await stack.enter_async_context(_client(url, http))
                     _remember(url, client)
                     ready.set_result(client)
                     await self.closing.wait()
+                    with anyio.move_on_after(_CLOSE_SECONDS):  # a legacy session's DELETE, bounded
+                        await stack.aclose()
             except BaseException as exc:
                 if not ready.done():
                     ready.set_exception(exc)
                     return
                 raise
 
-        self.task = asyncio.get_running_loop().create_task(own(), context=contextvars.Context())
+        self.task = loop.create_task(own(), context=contextvars.Context())
         try:
             self.client = await asyncio.shield(ready)
         except BaseException:
@@ -218,16 +230,24 @@ class _Session:
             self.close()
             raise
 
+    @property
+    def keepable(self) -> bool:
+        return self.client is not None and self.client.session.protocol_version in MODERN_PROTOCOL_VERSIONS
+
     async def call(self, coro_fn):
-        """``coro_fn(client)`` in the caller's task; when the session's transport fails under it,
-        the failure the transport noted (or the session task's own) is raised, not the SDK's
-        generic "connection closed"."""
+        """``coro_fn(client)`` in the caller's task. When the session's transport fails under
+        it, the SDK only says "connection closed" to the caller: the failure the transport
+        noted for this call (``_note_transport_failure``) is raised instead, or the session
+        task's own error if it has just ended with one."""
         try:
             return await coro_fn(self.client)
         except MCPError as exc:
             exchange = _EXCHANGE.get()
             if exc.error.code == types.CONNECTION_CLOSED and "transport_failure" not in exchange:
-                await asyncio.wait({self.task}, timeout=0.5)  # it is ending: its error says why
+                for _ in range(3):  # a task group being torn down ends within a few loop turns
+                    if self.task.done():
+                        break
+                    await asyncio.sleep(0)
                 if self.task.done() and not self.task.cancelled() and self.task.exception() is not None:
                     exchange["transport_failure"] = self.task.exception()
             if "transport_failure" in exchange:
@@ -243,21 +263,24 @@ class _Session:
             self.task.add_done_callback(_ignore_outcome)
 
 
-def _ignore_outcome(task: asyncio.Task) -> None:
-    if not task.cancelled():
-        task.exception()  # a session closing after a failure: the call has reported it already
+def _ignore_outcome(future: asyncio.Future) -> None:
+    if not future.cancelled():
+        future.exception()  # a session closing after a failure: the call has reported it already
 
 
 class _Endpoint:
     """One upstream (URL, checked address, credential) with a kept HTTP client and the MCP
-    sessions idle on it. Taken out of the table (evicted, or after a failure), it closes its
-    sessions and, once its last call is done, its client — never under a call."""
+    sessions idle on it. Taken out of the table (evicted, expired, or after a failure), it
+    closes its sessions and, once its last call is done and its sessions have ended, its
+    client — never under a call."""
 
     def __init__(self, client: httpx2.AsyncClient) -> None:
-        self.client, self.users, self.retired = client, 0, False
+        self.client, self.users, self.retired, self.closed = client, 0, False, False
         self.idle: list[_Session] = []
+        self.sessions: set[asyncio.Task] = set()  # every session task still running on the client
+        self.last_used = time.monotonic()
 
-    async def session(self, url: str) -> _Session:
+    async def session(self, url: str, exchange: dict) -> _Session:
         now = time.monotonic()
         while self.idle:
             session = self.idle.pop()
@@ -265,21 +288,33 @@ class _Endpoint:
                 return session
             session.close()
         session = _Session()
-        await session.open(url, self.client)
+        await session.open(url, self.client, exchange)
+        self.sessions.add(session.task)
+        session.task.add_done_callback(self.sessions.discard)
         return session
 
     def give_back(self, session: _Session) -> None:
-        if self.retired or len(self.idle) >= _IDLE_SESSIONS_MAX:
+        self.last_used = time.monotonic()
+        if self.retired or not session.keepable or len(self.idle) >= _IDLE_SESSIONS_MAX:
             session.close()
             return
-        session.idle_since = time.monotonic()
+        session.idle_since = self.last_used
         self.idle.append(session)
+
+    def expire(self, now: float) -> None:
+        """Close the sessions idle for ``KEPT_IDLE_SECONDS``."""
+        for session in [s for s in self.idle if not s.usable(now)]:
+            self.idle.remove(session)
+            session.close()
 
     def release(self) -> None:
         self.users -= 1
+        self.last_used = time.monotonic()
         self.close_when_idle()
 
     def retire(self) -> None:
+        if self.retired:
+            return
         self.retired = True
         for session in self.idle:
             session.close()
@@ -287,41 +322,50 @@ class _Endpoint:
         self.close_when_idle()
 
     def close_when_idle(self) -> None:
-        if self.retired and self.users == 0:
+        if self.retired and self.users == 0 and not self.closed:
+            self.closed = True
             asyncio.get_running_loop().create_task(self._close())
 
     async def _close(self) -> None:
-        await asyncio.sleep(0)  # let the sessions' tasks leave their clients first
+        if self.sessions:  # they leave their clients first (a legacy session's DELETE needs this one)
+            await asyncio.wait(set(self.sessions), timeout=_CLOSE_SECONDS + 1)
         await self.client.aclose()
 
 
 class _UpstreamLoop:
     """This process's event loop for upstream exchanges, in a daemon thread started on first
-    use (a forked child starts its own), and the HTTP clients kept on it for reads.
+    use (a forked child starts its own), and the endpoints kept on it for reads.
 
-    Synchronous callers wait on ``run``; everything that touches a kept client runs on the
-    loop thread, so the kept table needs no lock of its own."""
+    Synchronous callers wait on ``run``; everything that touches a kept endpoint runs on the
+    loop thread, so the table needs no lock of its own. A sweep on the loop closes sessions
+    and endpoints that have been idle for ``KEPT_IDLE_SECONDS``."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
         self.kept: dict[tuple, _Endpoint] = {}  # insertion order: least recently used first
+        self.sweep: asyncio.TimerHandle | None = None
 
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self.lock:
             if self.loop is None:
                 loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, name="toolops-mcp-upstream", daemon=True).start()
+                self.thread = threading.Thread(target=loop.run_forever, name="toolops-mcp-upstream", daemon=True)
+                self.thread.start()
                 self.loop = loop
             return self.loop
 
     def after_fork(self) -> None:
-        self.lock, self.loop, self.kept = threading.Lock(), None, {}
+        self.lock, self.loop, self.thread, self.kept, self.sweep = threading.Lock(), None, None, {}, None
 
     def run(self, coro_fn, *, timeout: float):
         """``coro_fn()`` on the loop thread; the caller's deadline is enforced inside it, this
         wait only guards against a wedged loop."""
-        future = asyncio.run_coroutine_threadsafe(coro_fn(), self._running_loop())
+        loop = self._running_loop()
+        if threading.current_thread() is self.thread:
+            raise RuntimeError("a blocking upstream call from the upstream loop itself would wait for itself")
+        future = asyncio.run_coroutine_threadsafe(coro_fn(), loop)
         try:
             return future.result(timeout + 5.0)
         except concurrent.futures.TimeoutError:
@@ -339,31 +383,57 @@ class _UpstreamLoop:
                 self.kept.pop(next(iter(self.kept))).retire()
         self.kept[key] = endpoint
         endpoint.users += 1
+        self._sweep_soon()
         return endpoint
 
-    def drop(self, key: tuple) -> None:
-        """After a failure: the next call to this endpoint opens a new connection and session
-        (loop thread only)."""
-        endpoint = self.kept.pop(key, None)
-        if endpoint is not None:
-            endpoint.retire()
+    def drop(self, key: tuple, endpoint: _Endpoint) -> None:
+        """After a failure on ``endpoint``: the next call opens a new connection and session
+        (loop thread only). An endpoint made since by another call is left alone."""
+        if self.kept.get(key) is endpoint:
+            del self.kept[key]
+        endpoint.retire()
+
+    def _sweep_soon(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.sweep is not None and self.sweep.when() <= loop.time() + KEPT_IDLE_SECONDS:
+            return  # one is due soon enough
+        if self.sweep is not None:
+            self.sweep.cancel()
+        self.sweep = loop.call_later(KEPT_IDLE_SECONDS, self._expire)
+
+    def _expire(self) -> None:
+        self.sweep = None
+        now = time.monotonic()
+        for key, endpoint in list(self.kept.items()):
+            endpoint.expire(now)
+            if not endpoint.idle and endpoint.users == 0 and now - endpoint.last_used >= KEPT_IDLE_SECONDS:
+                del self.kept[key]
+                endpoint.retire()
+        if self.kept:
+            self._sweep_soon()
 
     def forget(self) -> None:
-        """Close every kept client (tests use it)."""
+        """Close every kept endpoint (tests use it)."""
         with self.lock:
             loop = self.loop
         if loop is None or not self.kept:
             return
 
         async def retire_all():
-            for key in list(self.kept):
-                self.drop(key)
+            for key, endpoint in list(self.kept.items()):
+                self.drop(key, endpoint)
 
         asyncio.run_coroutine_threadsafe(retire_all(), loop).result(10)
 
 
+def _after_fork_in_child() -> None:
+    global _PINS_LOCK
+    _UPSTREAM.after_fork()
+    _PINS_LOCK = threading.Lock()  # another thread of the parent may have held it at the fork
+
+
 _UPSTREAM = _UpstreamLoop()
-os.register_at_fork(after_in_child=_UPSTREAM.after_fork)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _tool_dict(tool) -> dict:
@@ -426,8 +496,8 @@ def _run_classified(coro_fn, *, timeout: float, state: dict):
             with anyio.fail_after(timeout):
                 return await coro_fn()
         except BaseException:
-            if state.get("kept_key") is not None:
-                _UPSTREAM.drop(state["kept_key"])
+            if state.get("endpoint") is not None:
+                _UPSTREAM.drop(state["kept_key"], state["endpoint"])
             raise
 
     try:
@@ -582,9 +652,9 @@ def call_tool(
             async with _http_client(headers, timeout, pin) as http, _client(url, http) as client:
                 _remember(url, client)
                 return await exchange(client)
-        endpoint = _UPSTREAM.take(kept_key, headers, pin)
+        endpoint = state["endpoint"] = _UPSTREAM.take(kept_key, headers, pin)
         try:
-            session = await endpoint.session(url)
+            session = await endpoint.session(url, state)
             try:
                 result = await session.call(exchange)
             except BaseException:

@@ -360,3 +360,44 @@ def test_concurrent_reads_through_one_kept_client_each_get_their_own_answer(spec
         outs = list(pool.map(read, range(6)))
     assert len(_kept_connections()) == 1
     assert [[n["title"] for n in out.value["notes"]] for out in outs] == [[f"note-{i}"] for i in range(6)]
+
+
+def test_a_refused_credential_on_a_read_is_permanent_when_the_kept_session_handshakes(specs, notes, settings):
+    """A new session probes the server first (nothing known about it): that request runs in the
+    session's own task, and its refusal is still this call's HTTP 401, not 'not reached'."""
+    from toolops import mcp_client
+
+    settings.TOOLOPS_TOOL_SECRETS = {**settings.TOOLOPS_TOOL_SECRETS, "NOTES_MCP_TOKEN": "wrong"}
+    mcp_client._DISCOVERED.clear()
+    out = _run(specs["notes.search"], {"query": "a"})
+    assert out.failure_class == "permanent" and out.http_status == 401 and out.commit == Commit.NOT_APPLICABLE, out
+    assert notes.calls() == []
+
+
+def test_idle_kept_sessions_and_connections_are_closed_without_another_call(specs, notes, monkeypatch):
+    from toolops import mcp_client
+
+    monkeypatch.setattr(mcp_client, "KEPT_IDLE_SECONDS", 0.2)
+    assert _run(specs["notes.search"], {"query": "a"}).ok
+    assert len(_idle_sessions()) == 1
+    deadline = time.monotonic() + 5
+    while mcp_client._UPSTREAM.kept and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mcp_client._UPSTREAM.kept == {}  # the sweep closed the session and the endpoint's client
+
+
+def test_a_legacy_session_serves_one_call_and_is_not_kept(specs, notes, monkeypatch, caplog):
+    """An upstream on a handshake protocol (Mcp-Session-Id) holds state for a session: it is
+    terminated after its call, as a fresh one would be; only the connection is reused."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from toolops import mcp_client
+
+    monkeypatch.setattr(mcp_client, "_client", lambda url, http: Client(
+        streamable_http_client(url, http_client=http), cache=None, mode="legacy"))
+    for query in ("a", "b"):
+        assert _run(specs["notes.search"], {"query": query}).ok
+    assert _idle_sessions() == [] and len(_kept_connections()) == 1
+    sessions = {r.getMessage() for r in caplog.records if r.getMessage().startswith("Received session ID")}
+    assert len(sessions) == 2  # one handshake, one server-side session per call
