@@ -42,7 +42,8 @@ def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]
     nothing is written then.
     """
     connection = connections[using]
-    statements = [_insert_statement(chunk, connection) for group in groups if group for chunk in _chunks(group)] + list(then)
+    split = _chunks if connection.vendor == "postgresql" else lambda group: [group]
+    statements = [_insert_statement(chunk, connection) for group in groups if group for chunk in split(group)] + list(then)
     returning = None
     if keys_for:
         sql, params = _insert_statement(keys_for, connection)

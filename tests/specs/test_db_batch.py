@@ -217,7 +217,9 @@ def test_select_with_parent_loads_both_rows_like_select_related():
 def test_many_rows_go_as_equal_inserts_whose_text_psycopg_caches():
     """More than 50 values (admission's six 10-column events) go as INSERTs of nearly equal
     size, each at most 50 values, so psycopg parses each text once instead of on every
-    proposal; all rows land. Here 13 four-column rows: 52 values, two statements (7 + 6)."""
+    proposal; all rows land. Here 13 four-column rows: 52 values, two statements (7 + 6).
+    PostgreSQL only: elsewhere the statements go one by one, and fewer are better."""
+    require_postgres()
     per_row = len(Tenant._meta.concrete_fields)
     tenants = [Tenant(slug=f"t-{uuid.uuid4().hex[:6]}", name=f"chunk {i}") for i in range(50 // per_row + 1)]
     with CaptureQueriesContext(connection) as queries:

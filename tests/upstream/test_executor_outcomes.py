@@ -342,24 +342,25 @@ def test_a_kept_connection_applies_each_calls_own_cap(specs, notes):
 
 
 def test_concurrent_reads_through_one_kept_client_each_get_their_own_answer(specs, notes):
+    """Six reads at once on one endpoint (the client layer itself: no database in the threads)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from django.db import connection
+    from specs_app.upstream import credential_headers
+    from toolops import mcp_client
 
     for i in range(6):
         _run(specs["notes.create"], {"title": f"note-{i}", "body": "b"}, key=f"c{i}")
-    spec = specs["notes.search"]
+    config = specs["notes.search"].executor
+    headers = credential_headers(config["credential"])
 
     def read(i):
-        try:
-            return _run(spec, {"query": f"note-{i}"})
-        finally:
-            connection.close()
+        return mcp_client.call_tool(url=config["url"], headers=headers, name="notes.search", arguments={"query": f"note-{i}"},
+                                    meta={}, timeout=5, max_bytes=1 << 20, keep_connection=True)
 
     with ThreadPoolExecutor(max_workers=6) as pool:
         outs = list(pool.map(read, range(6)))
     assert len(_kept_connections()) == 1
-    assert [[n["title"] for n in out.value["notes"]] for out in outs] == [[f"note-{i}"] for i in range(6)]
+    assert [[n["title"] for n in out.structured["notes"]] for out in outs] == [[f"note-{i}"] for i in range(6)]
 
 
 def test_a_refused_credential_on_a_read_is_permanent_when_the_kept_session_handshakes(specs, notes, settings):
