@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import contextvars
 import functools
 import hashlib
@@ -209,13 +208,14 @@ class _Session:
         async def own():
             _EXCHANGE.set(exchange)
             try:
-                async with contextlib.AsyncExitStack() as stack:
-                    client = await stack.enter_async_context(_client(url, http))
-                    _remember(url, client)
-                    ready.set_result(client)
-                    await self.closing.wait()
-                    with anyio.move_on_after(_CLOSE_SECONDS):  # a legacy session's DELETE, bounded
-                        await stack.aclose()
+                # The scope is entered before the client's own scopes and only gets a deadline
+                # once closing starts: leaving the client (a legacy session's DELETE) is bounded.
+                with anyio.CancelScope() as leaving:
+                    async with _client(url, http) as client:
+                        _remember(url, client)
+                        ready.set_result(client)
+                        await self.closing.wait()
+                        leaving.deadline = anyio.current_time() + _CLOSE_SECONDS
             except BaseException as exc:
                 if not ready.done():
                     ready.set_exception(exc)
@@ -244,7 +244,7 @@ class _Session:
         except MCPError as exc:
             exchange = _EXCHANGE.get()
             if exc.error.code == types.CONNECTION_CLOSED and "transport_failure" not in exchange:
-                for _ in range(3):  # a task group being torn down ends within a few loop turns
+                for _ in range(20):  # a task group being torn down ends within a few loop turns
                     if self.task.done():
                         break
                     await asyncio.sleep(0)

@@ -380,16 +380,20 @@ def test_idle_kept_sessions_and_connections_are_closed_without_another_call(spec
 
     monkeypatch.setattr(mcp_client, "KEPT_IDLE_SECONDS", 0.2)
     assert _run(specs["notes.search"], {"query": "a"}).ok
-    assert len(_idle_sessions()) == 1
+    (endpoint,) = mcp_client._UPSTREAM.kept.values()
+    (session,) = endpoint.idle
     deadline = time.monotonic() + 5
-    while mcp_client._UPSTREAM.kept and time.monotonic() < deadline:
+    while not (endpoint.client.is_closed and session.task.done()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert mcp_client._UPSTREAM.kept == {}  # the sweep closed the session and the endpoint's client
+    assert mcp_client._UPSTREAM.kept == {}  # the sweep took the endpoint out of the table,
+    assert session.task.done() and not session.task.cancelled() and session.task.exception() is None  # left the session cleanly
+    assert endpoint.client.is_closed  # and closed its connection
 
 
 def test_a_legacy_session_serves_one_call_and_is_not_kept(specs, notes, monkeypatch, caplog):
     """An upstream on a handshake protocol (Mcp-Session-Id) holds state for a session: it is
-    terminated after its call, as a fresh one would be; only the connection is reused."""
+    terminated after its call (its DELETE sent), as a fresh one would be; only the connections
+    are reused."""
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
@@ -397,8 +401,23 @@ def test_a_legacy_session_serves_one_call_and_is_not_kept(specs, notes, monkeypa
 
     monkeypatch.setattr(mcp_client, "_client", lambda url, http: Client(
         streamable_http_client(url, http_client=http), cache=None, mode="legacy"))
+    sent = []
+    handle = mcp_client._CappedTransport.handle_async_request
+
+    async def recording(self, request):
+        response = await handle(self, request)
+        sent.append(request.method)  # answered: it reached the server
+        return response
+
+    monkeypatch.setattr(mcp_client._CappedTransport, "handle_async_request", recording)
     for query in ("a", "b"):
         assert _run(specs["notes.search"], {"query": query}).ok
-    assert _idle_sessions() == [] and len(_kept_connections()) == 1
+        deadline = time.monotonic() + 5
+        while "DELETE" not in sent[-1:] and time.monotonic() < deadline:  # the session is left after the answer
+            time.sleep(0.02)
+    assert _idle_sessions() == []
     sessions = {r.getMessage() for r in caplog.records if r.getMessage().startswith("Received session ID")}
     assert len(sessions) == 2  # one handshake, one server-side session per call
+    assert sent.count("DELETE") == 2  # and each one terminated (the server answered the DELETE)
+    (connections,) = _kept_connections().values()
+    assert len(connections) <= 2  # over the kept connections (a legacy session's event stream holds one)
