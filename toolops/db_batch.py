@@ -33,7 +33,7 @@ from django.db import connections, models, transaction
 
 def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]] = (),
                 keys_for: Sequence[models.Model] = (), using: str = "default") -> None:
-    """INSERT each group (instances of one model) as one multi-row statement, all in one go.
+    """INSERT each group (instances of one model) as multi-row statements (``_chunks``), all in one go.
 
     ``then``: further ``(sql, params)`` statements whose answer nobody needs (an UPDATE of a
     counter), sent in the same round trip. ``keys_for``: one more group, of a model with
@@ -42,8 +42,8 @@ def insert_rows(*groups: Sequence[models.Model], then: Sequence[tuple[str, list]
     nothing is written then.
     """
     connection = connections[using]
-    split = _chunks if connection.vendor == "postgresql" else lambda group: [group]
-    statements = [_insert_statement(chunk, connection) for group in groups if group for chunk in split(group)] + list(then)
+    statements = [_insert_statement(chunk, connection) for group in groups if group for chunk in _chunks(group, connection)]
+    statements += then
     returning = None
     if keys_for:
         sql, params = _insert_statement(keys_for, connection)
@@ -183,11 +183,12 @@ def insert_returning_keys(objs: Sequence[models.Model], using: str = "default") 
 _CACHED_PARAMS_MAX = 50
 
 
-def _chunks(objs: Sequence[models.Model]) -> list[Sequence[models.Model]]:
-    """``objs`` in equal chunks (one INSERT each) of at most ``_CACHED_PARAMS_MAX`` values."""
+def _chunks(objs: Sequence[models.Model], connection) -> list[Sequence[models.Model]]:
+    """``objs`` in equal chunks (one INSERT each) of at most ``_CACHED_PARAMS_MAX`` values, on
+    PostgreSQL; elsewhere the statements run one by one, so fewer is better: one."""
     per_row = len(type(objs[0])._meta.concrete_fields)
     count = -(-len(objs) * per_row // _CACHED_PARAMS_MAX)  # ceiling division
-    if count <= 1 or per_row > _CACHED_PARAMS_MAX:
+    if connection.vendor != "postgresql" or count <= 1 or per_row > _CACHED_PARAMS_MAX:
         return [objs]
     size = -(-len(objs) // count)
     return [objs[i:i + size] for i in range(0, len(objs), size)]

@@ -264,8 +264,10 @@ class _Session:
 
 
 def _ignore_outcome(future: asyncio.Future) -> None:
+    # A session's task, or its opening, whose error the call has reported already (or whose
+    # caller stopped waiting): read it, so asyncio does not log it as never retrieved.
     if not future.cancelled():
-        future.exception()  # a session closing after a failure: the call has reported it already
+        future.exception()
 
 
 class _Endpoint:
@@ -274,8 +276,8 @@ class _Endpoint:
     closes its sessions and, once its last call is done and its sessions have ended, its
     client — never under a call."""
 
-    def __init__(self, client: httpx2.AsyncClient) -> None:
-        self.client, self.users, self.retired, self.closed = client, 0, False, False
+    def __init__(self, key: tuple, client: httpx2.AsyncClient) -> None:
+        self.key, self.client, self.users, self.retired, self.closed = key, client, 0, False, False
         self.idle: list[_Session] = []
         self.sessions: set[asyncio.Task] = set()  # every session task still running on the client
         self.last_used = time.monotonic()
@@ -294,11 +296,10 @@ class _Endpoint:
         return session
 
     def give_back(self, session: _Session) -> None:
-        self.last_used = time.monotonic()
         if self.retired or not session.keepable or len(self.idle) >= _IDLE_SESSIONS_MAX:
             session.close()
             return
-        session.idle_since = self.last_used
+        session.idle_since = time.monotonic()
         self.idle.append(session)
 
     def expire(self, now: float) -> None:
@@ -377,7 +378,7 @@ class _UpstreamLoop:
         thread only)."""
         endpoint = self.kept.pop(key, None)
         if endpoint is None:
-            endpoint = _Endpoint(_http_client(headers, _KEPT_TIMEOUT_SECONDS, pin, httpx2.Limits(
+            endpoint = _Endpoint(key, _http_client(headers, _KEPT_TIMEOUT_SECONDS, pin, httpx2.Limits(
                 max_keepalive_connections=_IDLE_SESSIONS_MAX, keepalive_expiry=KEPT_IDLE_SECONDS)))
             while len(self.kept) >= KEPT_CLIENTS_MAX:
                 self.kept.pop(next(iter(self.kept))).retire()
@@ -386,11 +387,11 @@ class _UpstreamLoop:
         self._sweep_soon()
         return endpoint
 
-    def drop(self, key: tuple, endpoint: _Endpoint) -> None:
+    def drop(self, endpoint: _Endpoint) -> None:
         """After a failure on ``endpoint``: the next call opens a new connection and session
         (loop thread only). An endpoint made since by another call is left alone."""
-        if self.kept.get(key) is endpoint:
-            del self.kept[key]
+        if self.kept.get(endpoint.key) is endpoint:
+            del self.kept[endpoint.key]
         endpoint.retire()
 
     def _sweep_soon(self) -> None:
@@ -420,8 +421,8 @@ class _UpstreamLoop:
             return
 
         async def retire_all():
-            for key, endpoint in list(self.kept.items()):
-                self.drop(key, endpoint)
+            for endpoint in list(self.kept.values()):
+                self.drop(endpoint)
 
         asyncio.run_coroutine_threadsafe(retire_all(), loop).result(10)
 
@@ -497,7 +498,7 @@ def _run_classified(coro_fn, *, timeout: float, state: dict):
                 return await coro_fn()
         except BaseException:
             if state.get("endpoint") is not None:
-                _UPSTREAM.drop(state["kept_key"], state["endpoint"])
+                _UPSTREAM.drop(state["endpoint"])
             raise
 
     try:
@@ -533,7 +534,7 @@ def _remember(url: str, client: Client) -> None:
         _DISCOVERED[url] = (client.session.protocol_version, discovered)
 
 
-# (url, checked address, tool, pinned SHA-256, credential digest) → when this process last listed
+# (url, checked address, credential digest, tool, pinned SHA-256) → when this process last listed
 # the upstream and saw the tool's live definition match its pin (``time.monotonic``). Within
 # ``recheck_seconds`` a call skips the listing: one round trip instead of two per call. Any
 # failure drops the entry, and a check that began before that failure cannot put it back.
@@ -544,18 +545,11 @@ _PINS_KEPT = 1024  # past this many keys, those not seen for an hour are forgott
 _PINS_STALE_SECONDS = 3600.0
 
 
-def _verified_key(url: str, pin: Pin | None, name: str, pinned_sha256: str, headers: dict[str, str]) -> tuple:
-    # Another address (the name resolved elsewhere) or another credential may be shown another
-    # listing: its check is its own.
-    return url, pin.address if pin is not None else "", name, pinned_sha256, _credential_digest(headers)
-
-
 def _endpoint_key(url: str, pin: Pin | None, headers: dict[str, str]) -> tuple:
-    return url, pin.address if pin is not None else "", _credential_digest(headers)
-
-
-def _credential_digest(headers: dict[str, str]) -> str:
-    return hashlib.sha256(repr(sorted(headers.items())).encode()).hexdigest()
+    """(url, checked address, credential digest): another address (the name resolved elsewhere)
+    or another credential may be shown another listing and gets connections of its own. The
+    pin check's key adds the tool and its pinned SHA-256."""
+    return url, pin.address if pin is not None else "", hashlib.sha256(repr(sorted(headers.items())).encode()).hexdigest()
 
 
 def _pin_verified(key: tuple, listed_at: float) -> None:
@@ -620,9 +614,9 @@ def call_tool(
     is skipped when this process saw the same definition match within ``recheck_seconds``
     (0: list before every call). ``keep_connection`` (reads only): reuse this process's recent
     connection and an idle session to the upstream; any failure closes them."""
-    key = _verified_key(url, pin, name, pinned_sha256, headers) if pinned_sha256 is not None else None
-    kept_key = _endpoint_key(url, pin, headers) if keep_connection else None
-    state = {"phase": CONNECT, "url": url, "verified_key": key, "kept_key": kept_key, "max_bytes": max_bytes}
+    endpoint_key = _endpoint_key(url, pin, headers)
+    key = (*endpoint_key, name, pinned_sha256) if pinned_sha256 is not None else None
+    state = {"phase": CONNECT, "url": url, "verified_key": key, "max_bytes": max_bytes}
     verified_at = _VERIFIED.get(key) if key is not None else None
     check = key is not None and (verified_at is None or time.monotonic() - verified_at >= recheck_seconds)
 
@@ -648,11 +642,11 @@ def call_tool(
         )
 
     async def go():
-        if kept_key is None:
+        if not keep_connection:
             async with _http_client(headers, timeout, pin) as http, _client(url, http) as client:
                 _remember(url, client)
                 return await exchange(client)
-        endpoint = state["endpoint"] = _UPSTREAM.take(kept_key, headers, pin)
+        endpoint = state["endpoint"] = _UPSTREAM.take(endpoint_key, headers, pin)
         try:
             session = await endpoint.session(url, state)
             try:

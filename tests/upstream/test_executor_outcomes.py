@@ -305,7 +305,10 @@ def _idle_sessions() -> list:
     return [session for endpoint in mcp_client._UPSTREAM.kept.values() for session in endpoint.idle]
 
 
-def test_reads_reuse_one_kept_connection_and_session_and_writes_open_their_own(specs, notes):
+def test_reads_reuse_one_kept_connection_and_session_and_writes_open_their_own(specs, notes, monkeypatch):
+    from toolops import mcp_client
+
+    monkeypatch.setattr(mcp_client, "KEPT_IDLE_SECONDS", 60.0)  # a slow machine's pauses between calls expire nothing
     assert _run(specs["notes.search"], {"query": "a"}).ok
     session = _idle_sessions()
     for query in ("b", "c"):
@@ -401,6 +404,7 @@ def test_a_legacy_session_serves_one_call_and_is_not_kept(specs, notes, monkeypa
 
     monkeypatch.setattr(mcp_client, "_client", lambda url, http: Client(
         streamable_http_client(url, http_client=http), cache=None, mode="legacy"))
+    monkeypatch.setattr(mcp_client, "KEPT_IDLE_SECONDS", 60.0)  # the sweep must not take the endpoint while this waits
     sent = []
     handle = mcp_client._CappedTransport.handle_async_request
 
@@ -410,10 +414,10 @@ def test_a_legacy_session_serves_one_call_and_is_not_kept(specs, notes, monkeypa
         return response
 
     monkeypatch.setattr(mcp_client._CappedTransport, "handle_async_request", recording)
-    for query in ("a", "b"):
+    for calls, query in enumerate(("a", "b"), start=1):
         assert _run(specs["notes.search"], {"query": query}).ok
         deadline = time.monotonic() + 5
-        while "DELETE" not in sent[-1:] and time.monotonic() < deadline:  # the session is left after the answer
+        while sent.count("DELETE") < calls and time.monotonic() < deadline:  # the session is left after the answer
             time.sleep(0.02)
     assert _idle_sessions() == []
     sessions = {r.getMessage() for r in caplog.records if r.getMessage().startswith("Received session ID")}
