@@ -49,7 +49,9 @@ WEATHER = next(s for s in DEMO_TOOLSPECS if s["name"] == "weather.get_forecast")
 # around execution_claim + execution_run (tests/invocations/test_transitions.py keeps it in
 # step): 5 INSERTs (the claim's 2 events in one statement, attempt, final event, result body,
 # tool messages) and 4 UPDATEs (state + counters + event seq, attempt close, final state, run
-# result bytes). The worker sends the last four in one round trip; the bare task sends each.
+# result bytes). The worker's record sends them in two round trips (the attempt close with the
+# final state's UPDATE, then the final event, result body, messages and run bytes); the bare
+# task sends each.
 WORKER_WRITES = 9
 
 

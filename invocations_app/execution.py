@@ -31,7 +31,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from specs_app.models import Tenant, ToolSpec
-from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys, update_by_pk
+from toolops.db_batch import (Counted, column_converters, convert_row, execute_one, insert_returning_keys, update_by_pk,
+                              update_by_pk_counted)
 from toolops.runtime.deadlines import TimeoutPolicy
 from toolops.runtime.digest import CanonicalizationError, invocation_digest
 from toolops.runtime.execution import Commit, ExecutionOutcome
@@ -405,21 +406,36 @@ def _close_attempt(
     """End an open attempt; False when someone else already ended it (only one closer wins).
 
     ``unsent``: the request provably never left (a read's claim stamped ``sent_at`` up front)."""
+    closing = _attempt_closing(attempt, commit=commit, failure_class=failure_class, outcome=outcome,
+                               decision=decision, unsent=unsent)
+    changed = execute_one(closing.sql, closing.params, fetch=False)
+    closing.then(changed)
+    return bool(changed)
+
+
+def _attempt_closing(
+    attempt: Attempt, *, commit: str, failure_class: str | None, outcome: dict, decision: dict | None = None,
+    unsent: bool = False,
+) -> Counted:
+    """``_close_attempt``'s UPDATE, not yet run, for sending in the recording transition's round
+    trip; the attempt's span is exported only if this closer wins."""
     ended = timezone.now()
     extra = {"sent_at": None} if unsent else {}
-    closed = bool(update_by_pk(attempt, {
+
+    def closed(changed: int) -> None:
+        if changed:
+            inv = attempt.invocation
+            otel.export_span(
+                name="toolops.attempt", trace_id=inv.trace_id, span_id=attempt.span_id, parent_span_id=inv.span_id,
+                start=attempt.started_at, end=ended, error=bool(failure_class),
+                attributes={"toolops.tool": inv.tool_ref, "toolops.attempt": attempt.number, "toolops.commit": commit,
+                            "toolops.failure_class": failure_class},
+            )
+
+    return update_by_pk_counted(attempt, {
         "ended_at": ended, "commit": commit, "failure_class": failure_class or "", "outcome": outcome,
         "decision": decision or {}, **extra,
-    }, unless_set="ended_at"))
-    if closed:
-        inv = attempt.invocation
-        otel.export_span(
-            name="toolops.attempt", trace_id=inv.trace_id, span_id=attempt.span_id, parent_span_id=inv.span_id,
-            start=attempt.started_at, end=ended, error=bool(failure_class),
-            attributes={"toolops.tool": inv.tool_ref, "toolops.attempt": attempt.number, "toolops.commit": commit,
-                        "toolops.failure_class": failure_class},
-        )
-    return closed
+    }, unless_set="ended_at", then=closed)
 
 
 def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
@@ -439,8 +455,9 @@ def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome)
     record = redacted(invocation, outcome.to_dict())  # tools may echo credentials back
     budget_charge_cost(run_id=invocation.run_id, amount=attempt_cost(invocation, outcome))
     if outcome.ok:
-        _close_attempt(attempt, commit=outcome.commit, failure_class=None, outcome=record)
-        return _succeed(invocation, outcome)
+        # The close travels in the success transition's round trip (one fewer per call).
+        return _succeed(invocation, outcome, close=_attempt_closing(attempt, commit=outcome.commit, failure_class=None,
+                                                                    outcome=record))
     decision = decide_retry(
         failure_class=outcome.failure_class, side_effect_class=side_effect, attempt=attempt.number,
         policy=retry_policy(invocation), now=timezone.now(), deadline=invocation.deadline,
@@ -478,20 +495,22 @@ def attempt_cost(invocation: Invocation, outcome: ExecutionOutcome) -> Decimal:
     return Decimal(0)
 
 
-def _succeed(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:
+def _succeed(inv: Invocation, outcome: ExecutionOutcome, *, close: Counted) -> Invocation:
+    """``close``: the attempt's closing UPDATE, sent with the first transition."""
     if outcome.commit == Commit.COMMITTED:
         invocation_transition(
             invocation=inv, src=State.EXECUTING, dst=State.COMMITTED, kind="committed",
             data={"external_resource_id": outcome.external_resource_id},
             fields={"commit_status": Commit.COMMITTED, "external_resource_id": outcome.external_resource_id or ""},
+            first=close,
         )
-        src = State.COMMITTED
+        src, close = State.COMMITTED, None
     else:
         src = State.EXECUTING
     return invocation_finish_with_message(
         invocation=inv, src=src, dst=State.OBSERVED, kind="observed", status="ok", value=outcome.value,
         commit_status=outcome.commit, external_resource_id=outcome.external_resource_id,
-        untrusted_text_pointers=outcome.untrusted_text_pointers, binary=outcome.binary,
+        untrusted_text_pointers=outcome.untrusted_text_pointers, binary=outcome.binary, first=close,
     )
 
 

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from toolops import otel
+from toolops.db_batch import Counted
 from toolops.runtime.media import BinaryBody
 from toolops.runtime.secret_forms import secrets_pattern
 from toolops.runtime.tool_messages import IMAGE_BLOCK_MAX_BYTES, IMAGE_BLOCK_TYPES, InlineImage, ToolResult
@@ -31,13 +32,14 @@ EXTERNAL_EXECUTORS = ("http", "mcp")
 def invocation_finish_with_message(
     *, invocation: Invocation, src: str, dst: str, kind: str, status: str, value: Any = None, error: dict | None = None,
     commit_status: str, external_resource_id: str | None = None, untrusted_text_pointers=(), data: dict | None = None,
-    binary: BinaryBody | None = None,
+    binary: BinaryBody | None = None, first: Counted | None = None,
 ) -> Invocation:
     """The last transition of a call, together with the tool messages that report it.
 
     Strings from an external executor reach the model as untrusted data unless the ToolSpec
     opts out (``result_policy.untrusted_text``); a ``binary`` body is stored as bytes and the
-    value becomes its reference (media type, size, SHA-256, result URL, expiry)."""
+    value becomes its reference (media type, size, SHA-256, result URL, expiry). ``first``: as
+    for ``invocation_transition``."""
     now = timezone.now()
     extra_rows, image = [], None
     if binary is not None:
@@ -69,6 +71,7 @@ def invocation_finish_with_message(
                 invocation=invocation, src=src, dst=dst, kind=kind, data=redacted(invocation, data or {}), fields=fields,
                 rows=[*message_rows_written, *extra_rows],
                 statements=[result_bytes_increment(run_id=invocation.run_id, nbytes=nbytes)] if uncapped else (),
+                first=first,
             )
         except TransitionConflict as exc:
             conflict = exc

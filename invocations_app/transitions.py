@@ -17,7 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from toolops.db_batch import execute_one, insert_returning_keys, insert_rows, set_clause
+from toolops.db_batch import Counted, execute_counted_then, execute_one, insert_returning_keys, insert_rows, set_clause
 from toolops.errors import Conflict
 from toolops.runtime.states import TERMINAL, TransitionNotAllowed, is_allowed
 
@@ -42,6 +42,7 @@ def invocation_transition(
     then: Sequence[dict] = (),
     rows: Sequence[Sequence[Model]] = (),
     statements: Sequence[tuple[str, list]] = (),
+    first: Counted | None = None,
 ) -> Event:
     """Move ``invocation`` from ``src`` to ``dst`` and append its event, atomically.
 
@@ -52,7 +53,8 @@ def invocation_transition(
     params)`` needing no answer) are written only if the transition happens, in the events'
     round trip (``toolops.db_batch``; event keys are not read back). Raises
     ``TransitionNotAllowed`` for an edge outside SPEC §2 and ``TransitionConflict`` when the
-    invocation is no longer in ``src``.
+    invocation is no longer in ``src``. ``first``: a statement run just before the UPDATE, in
+    its round trip, whatever the UPDATE finds (the attempt this transition records, closed).
     """
     if not is_allowed(src, dst):
         raise TransitionNotAllowed(src, dst)
@@ -61,7 +63,7 @@ def invocation_transition(
     # A lost race writes nothing, so the conflict is raised *after* the block and leaves the
     # caller's transaction usable; savepoints here cost two round trips per transition.
     with transaction.atomic(savepoint=False):
-        row = _update_returning_seq(invocation.pk, fields, src=src, by=1 + len(then))
+        row = _update_returning_seq(invocation.pk, fields, src=src, by=1 + len(then), first=first)
         if row is not None:
             events = _transition_events(invocation, src=src, dst=dst, kind=kind, data=data, actor=actor, span_id=span_id,
                                         then=then, first=row[0] - len(then))
@@ -107,14 +109,16 @@ def _transition_events(invocation: Invocation, *, src: str, dst: str, kind: str,
     ) for n, extra in enumerate(then, start=1)]
 
 
-def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None, by: int = 1) -> tuple[int, str] | None:
+def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None, by: int = 1,
+                          first: Counted | None = None) -> tuple[int, str] | None:
     """``UPDATE … SET …, event_seq = event_seq + by WHERE id = pk [AND state = src] RETURNING event_seq, state``.
 
     Raw SQL because the ORM's ``update()`` cannot return the bumped counter, and reading it
     back would cost a second round trip on the hottest path. Values are prepared by each
     field so JSON, UUID and datetime columns are written exactly as the ORM would.
     """
-    rows = execute_one(*_update_sql(pk, fields, src=src, by=by, returning=True))
+    update = _update_sql(pk, fields, src=src, by=by, returning=True)
+    rows = execute_one(*update) if first is None else execute_counted_then(first, *update)
     return (rows[0][0], rows[0][1]) if rows else None
 
 

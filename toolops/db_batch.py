@@ -25,7 +25,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import psycopg
 from django.db import connections, models, transaction
@@ -151,6 +152,24 @@ def update_by_pk(obj: models.Model, fields: dict, *, unless_set: str | None = No
     The ORM's ``filter().update()`` compiles a query per call; this prepares each value by its
     field, as ``update()`` does, and sets them on ``obj`` when the row changed.
     """
+    update = update_by_pk_counted(obj, fields, unless_set=unless_set, using=using)
+    changed = execute_one(update.sql, update.params, fetch=False, using=using)
+    update.then(changed)
+    return changed
+
+
+class Counted(NamedTuple):
+    """A statement whose changed-row count is handed to ``then`` once it has run: for sending it
+    in another statement's round trip (``execute_counted_then``)."""
+    sql: str
+    params: list
+    then: Callable[[int], None]
+
+
+def update_by_pk_counted(obj: models.Model, fields: dict, *, unless_set: str | None = None, using: str = "default",
+                         then: Callable[[int], None] | None = None) -> Counted:
+    """``update_by_pk``'s statement, not yet run: when it changes the row, ``fields`` are set on
+    ``obj`` and ``then(changed)`` is called."""
     connection = connections[using]
     meta = type(obj)._meta
     quote = connection.ops.quote_name
@@ -159,11 +178,36 @@ def update_by_pk(obj: models.Model, fields: dict, *, unless_set: str | None = No
     params.append(meta.pk.get_db_prep_value(obj.pk, connection))
     if unless_set:
         sql += f" AND {quote(meta.get_field(unless_set).column)} IS NULL"
-    changed = execute_one(sql, params, fetch=False, using=using)
-    if changed:
-        for name, value in fields.items():
-            setattr(obj, name, value)
-    return changed
+
+    def changed(count: int) -> None:
+        if count:
+            for name, value in fields.items():
+                setattr(obj, name, value)
+        if then is not None:
+            then(count)
+
+    return Counted(sql, params, changed)
+
+
+def execute_counted_then(first: Counted, sql: str, params: Sequence, using: str = "default") -> list:
+    """Run ``first``, then the statement ``sql`` whose rows are returned: one round trip on
+    PostgreSQL (one pipeline, two prepared statements; inside the caller's transaction they join
+    it), one after the other elsewhere. ``first.then`` gets its changed-row count."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(first.sql, first.params)
+            count = cursor.rowcount
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+    else:
+        with _prepared_cursor(connection, f"{first.sql};\n{sql}") as counting, psycopg.Cursor(connection.connection) as cursor:
+            with connection.connection.pipeline():
+                counting.execute(first.sql, first.params, prepare=True)
+                cursor.execute(sql, params, prepare=True)
+            count, rows = counting.rowcount, cursor.fetchall()
+    first.then(count)
+    return rows
 
 
 def insert_returning_keys(objs: Sequence[models.Model], using: str = "default") -> None:

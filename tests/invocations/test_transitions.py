@@ -232,3 +232,26 @@ def test_it_carries_a_read_to_observed_with_every_step_in_the_log():
     inv.refresh_from_db()
     assert (inv.state, inv.event_seq, inv.attempt_count) == (State.OBSERVED, len(events), 1)
     assert inv.tool_messages.count() == 3
+
+
+@pytest.mark.django_db
+def test_recording_a_success_sends_the_attempts_close_with_the_final_update_and_never_overwrites_another_close():
+    from invocations_app.execution import _close_attempt, execution_record
+    from toolops.runtime.execution import Commit, ExecutionOutcome
+
+    inv = admitted_read()
+    invocation, attempt = execution_claim(invocation_id=inv.pk)
+    # A recoverer that judged the worker gone closed the attempt first; the read's answer still lands.
+    assert _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"abandoned": True})
+    attempt.ended_at = None  # the worker's own copy never saw that close
+    with CaptureQueriesContext(connection) as queries:
+        execution_record(invocation=invocation, attempt=attempt,
+                         outcome=ExecutionOutcome(commit=Commit.NOT_APPLICABLE, value={"ok": True}))
+    closing = [q["sql"] for q in queries.captured_queries if '"invocations_app_attempt"' in q["sql"]]
+    assert len(closing) == 1
+    if connection.vendor == "postgresql":  # one round trip: the close, then the invocation's UPDATE
+        assert closing[0].startswith('UPDATE "invocations_app_attempt"') and 'UPDATE "invocations_app_invocation"' in closing[0]
+    attempt.refresh_from_db()
+    assert (attempt.outcome, attempt.failure_class) == ({"abandoned": True}, "not_reached")  # only one closer wins
+    inv.refresh_from_db()
+    assert inv.state == State.OBSERVED

@@ -15,7 +15,8 @@ from specs_app.models import Grant, Subject, Tenant
 from specs_app.selectors import grant_snapshots
 from tests.builders import make_capability, make_grant, make_subject
 from tests.conftest import require_postgres
-from toolops.db_batch import PipelineAbortedEcho, insert_rows, select_rows, select_with_parent
+from toolops.db_batch import (PipelineAbortedEcho, execute_counted_then, insert_rows, select_rows, select_with_parent,
+                              update_by_pk_counted)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -230,3 +231,26 @@ def test_many_rows_go_as_equal_inserts_whose_text_psycopg_caches():
     rows = [s.count("), (") + 1 for s in statements]
     assert sum(rows) == len(tenants) and len(rows) == 2 and all(n * per_row <= 50 for n in rows), (rows, per_row)
     assert len(set(rows)) <= 2 and max(rows) - min(rows) <= 1  # equal chunks: at most two statement texts
+
+
+def test_a_counted_statement_runs_first_and_hands_on_its_count_with_the_other_statements_rows():
+    tenant = Tenant.objects.create(slug=f"t-{uuid.uuid4().hex[:6]}", name="before")
+    counts = []
+    with CaptureQueriesContext(connection) as queries:
+        renaming = update_by_pk_counted(tenant, {"name": "after"}, then=counts.append)
+        rows = execute_counted_then(renaming, 'SELECT "name" FROM "specs_app_tenant" WHERE "id" = %s', [tenant.pk])
+    assert [tuple(row) for row in rows] == [("after",)]  # the second statement saw the first's write
+    assert counts == [1] and tenant.name == "after"  # the count, and the fields set on the instance
+    if connection.vendor == "postgresql":
+        assert len(queries.captured_queries) == 1  # one pipeline: one round trip
+
+
+def test_a_counted_statement_that_changes_nothing_hands_on_zero_and_leaves_the_instance():
+    from specs_app.models import Capability
+
+    capability = make_capability(name=f"count.{uuid.uuid4().hex[:6]}")
+    ghost = Capability(pk=capability.pk + 10_000, name="ghost")  # no such row
+    counts = []
+    closing = update_by_pk_counted(ghost, {"description": "never"}, then=counts.append)
+    assert [tuple(row) for row in execute_counted_then(closing, "SELECT 1", [])] == [(1,)]
+    assert counts == [0] and ghost.description != "never"
