@@ -31,8 +31,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from specs_app.models import Tenant, ToolSpec
-from toolops.db_batch import (Counted, column_converters, convert_row, execute_one, insert_returning_keys, update_by_pk,
-                              update_by_pk_counted)
+from toolops.db_batch import (Counted, column_converters, convert_row, execute_counted, execute_one, insert_returning_keys,
+                              update_by_pk, update_by_pk_counted)
 from toolops.runtime.deadlines import TimeoutPolicy
 from toolops.runtime.digest import CanonicalizationError, invocation_digest
 from toolops.runtime.execution import Commit, ExecutionOutcome
@@ -406,11 +406,8 @@ def _close_attempt(
     """End an open attempt; False when someone else already ended it (only one closer wins).
 
     ``unsent``: the request provably never left (a read's claim stamped ``sent_at`` up front)."""
-    closing = _attempt_closing(attempt, commit=commit, failure_class=failure_class, outcome=outcome,
-                               decision=decision, unsent=unsent)
-    changed = execute_one(closing.sql, closing.params, fetch=False)
-    closing.then(changed)
-    return bool(changed)
+    return bool(execute_counted(_attempt_closing(attempt, commit=commit, failure_class=failure_class, outcome=outcome,
+                                                 decision=decision, unsent=unsent)))
 
 
 def _attempt_closing(

@@ -152,10 +152,7 @@ def update_by_pk(obj: models.Model, fields: dict, *, unless_set: str | None = No
     The ORM's ``filter().update()`` compiles a query per call; this prepares each value by its
     field, as ``update()`` does, and sets them on ``obj`` when the row changed.
     """
-    update = update_by_pk_counted(obj, fields, unless_set=unless_set, using=using)
-    changed = execute_one(update.sql, update.params, fetch=False, using=using)
-    update.then(changed)
-    return changed
+    return execute_counted(update_by_pk_counted(obj, fields, unless_set=unless_set, using=using), using=using)
 
 
 class Counted(NamedTuple):
@@ -168,8 +165,8 @@ class Counted(NamedTuple):
 
 def update_by_pk_counted(obj: models.Model, fields: dict, *, unless_set: str | None = None, using: str = "default",
                          then: Callable[[int], None] | None = None) -> Counted:
-    """``update_by_pk``'s statement, not yet run: when it changes the row, ``fields`` are set on
-    ``obj`` and ``then(changed)`` is called."""
+    """``update_by_pk``'s statement, not yet run: ``fields`` are set on ``obj`` if it changes the
+    row, and ``then`` gets the changed-row count either way."""
     connection = connections[using]
     meta = type(obj)._meta
     quote = connection.ops.quote_name
@@ -187,6 +184,13 @@ def update_by_pk_counted(obj: models.Model, fields: dict, *, unless_set: str | N
             then(count)
 
     return Counted(sql, params, changed)
+
+
+def execute_counted(statement: Counted, using: str = "default") -> int:
+    """Run ``statement`` alone; its changed-row count, also handed to ``statement.then``."""
+    changed = execute_one(statement.sql, statement.params, fetch=False, using=using)
+    statement.then(changed)
+    return changed
 
 
 def execute_counted_then(first: Counted, sql: str, params: Sequence, using: str = "default") -> list:
