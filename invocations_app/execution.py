@@ -583,13 +583,19 @@ def stale_open_attempts(*, now: datetime | None = None):
 
 
 def _resend_or_fail(invocation: Invocation) -> str:
-    """The tool proved nothing was committed: re-send with the same key, within the retry policy."""
+    """The tool reports the key absent: re-send with the same key, within the retry policy (safe
+    even if the cut-off request is still being processed: the key makes it one effect). With no
+    attempt left, "nothing was committed" is only concluded once that request can no longer
+    land (``ABSENT_SETTLE``); until then the call is looked up again."""
     last = invocation.attempts.order_by("-number").first()
     now = timezone.now()
     decision = decide_retry(
         failure_class="transient", side_effect_class=invocation.tool_spec.side_effect_class,
         attempt=max(1, invocation.attempt_count), policy=retry_policy(invocation), now=now, deadline=invocation.deadline,
     )
+    if decision.action == Action.STOP and _may_still_land(last, now):
+        Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(next_attempt_at=now + ABSENT_LOOKUP_AGAIN)
+        return "absent_settling"
     if decision.action == Action.STOP:
         invocation_finish_with_message(
             invocation=invocation, src=State.OUTCOME_UNKNOWN, dst=State.FAILED_BEFORE_COMMIT, kind="failed_before_commit",
@@ -608,9 +614,14 @@ def _resend_or_fail(invocation: Invocation) -> str:
     return "resent"
 
 
-# How long after its last attempt ended a write_unsafe call is still looked up when the remote
-# reports it absent: a request cut off by our deadline may still be processed over there.
-UNSAFE_SETTLE = timedelta(seconds=60)
+# How long after its last attempt ended a call the remote reports absent is still looked up
+# before "absent" is believed: a request cut off by our deadline may still be processed there.
+ABSENT_SETTLE = timedelta(seconds=60)
+ABSENT_LOOKUP_AGAIN = timedelta(seconds=10)
+
+
+def _may_still_land(last, now) -> bool:
+    return last is None or last.ended_at is None or now - last.ended_at < ABSENT_SETTLE
 
 
 def _absent_unsafe(invocation: Invocation) -> str:
@@ -618,9 +629,9 @@ def _absent_unsafe(invocation: Invocation) -> str:
     late commit is still possible, then left to support staff with the evidence in the trace."""
     last = invocation.attempts.order_by("-number").first()
     now = timezone.now()
-    settling = last is None or last.ended_at is None or now - last.ended_at < UNSAFE_SETTLE
+    settling = _may_still_land(last, now)
     Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(
-        next_attempt_at=now + timedelta(seconds=10) if settling else None)
+        next_attempt_at=now + ABSENT_LOOKUP_AGAIN if settling else None)
     return "absent_settling" if settling else "absent"
 
 
