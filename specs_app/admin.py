@@ -630,8 +630,19 @@ class UpstreamToolAdmin(admin.ModelAdmin):
     fields = UpstreamToolInline.fields[:-2] + ["class_confirmation", "difference"]
     readonly_fields = fields
 
+    # --- scoping: as the ToolSpecs they watch, but a global tool's row is the platform's alone
+    # (its server URL and credential name are the platform's business, and confirming a class
+    # is an edit of the tool) ---
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("tool_spec", "class_confirmed_by")
+        qs = super().get_queryset(request).select_related("tool_spec", "class_confirmed_by")
+        platform, ids = toolspec_management_scope(request)
+        return qs if platform else qs.filter(tool_spec__tenant_id__in=ids)
+
+    def has_change_permission(self, request, obj=None):
+        # Every field is read-only: "change" here is the right to run the actions on a row.
+        platform, ids = toolspec_management_scope(request)
+        return (super().has_change_permission(request, obj) and (platform or bool(ids))
+                and (obj is None or platform or obj.tool_spec.tenant_id in ids))
 
     def get_ordering(self, request):
         return ["state", "server_url", "upstream_name"]  # "changed" and "missing" sort before "pinned"
@@ -683,13 +694,13 @@ class UpstreamToolAdmin(admin.ModelAdmin):
                    "opts": self.model._meta}
         return TemplateResponse(request, "admin/upstream/import.html", context)
 
-    @admin.action(description="Confirm the side-effect class as it stands (trust it for calls)")
+    @admin.action(description="Confirm the side-effect class as it stands (trust it for calls)", permissions=["change"])
     def confirm_class(self, request, queryset):
         for watch in queryset:
             upstream_confirm_class(upstream=watch, user=request.user)
             self.message_user(request, f"{watch.tool_spec.ref}: class {watch.tool_spec.side_effect_class} confirmed.")
 
-    @admin.action(description="New draft version from the changed upstream definition")
+    @admin.action(description="New draft version from the changed upstream definition", permissions=["change"])
     def new_version_from_change(self, request, queryset):
         for watch in queryset:
             try:
@@ -699,7 +710,7 @@ class UpstreamToolAdmin(admin.ModelAdmin):
                 continue
             self.message_user(request, f"Draft {draft.ref} made from the new definition: confirm its class and publish.")
 
-    @admin.action(description="Refresh these servers' definitions now")
+    @admin.action(description="Refresh these servers' definitions now", permissions=["change"])
     def refresh_now(self, request, queryset):
         for url in sorted(set(queryset.values_list("server_url", flat=True))):
             counts = upstream_refresh(server_url=url)

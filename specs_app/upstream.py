@@ -13,6 +13,10 @@
   then every call of the tool waits for a human (a read-only claim is only a claim).
 
 Network I/O never runs inside a transaction here: the listing is fetched first, then written.
+What an upstream lists is hostile input: a definition holding a configured tool credential (in
+any encoding), a NUL, or no RFC 8785 form is never imported; when refreshed, it quarantines
+the tool and is kept scrubbed; two tools that would get one name are both skipped; one bad
+definition never stops the others, and no error text kept or shown holds a credential.
 """
 from __future__ import annotations
 
@@ -22,16 +26,19 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from toolops import egress_net, mcp_client
 from toolops.db_batch import execute_one, select_rows
+from toolops.log_redaction import tool_secrets_pattern
 from toolops.runtime.egress import EgressRefused
 from toolops.runtime.mcp_definitions import (
-    QUARANTINED, Watch, definition_sha256, governed_definition, proposed_class, toolops_name, watch_next,
+    QUARANTINED, Unpinnable, Watch, definition_sha256, governed_definition, observed_sha256, proposed_class, toolops_name,
+    watch_next,
 )
+from toolops.runtime.tool_messages import REDACTED
 from toolops.runtime.rendering import ToolNameError, validate_tool_name
 
 from .models import Capability, Tenant, ToolSpec, UpstreamTool
@@ -47,6 +54,40 @@ DEFAULT_TIMEOUT_POLICY = {"attempt_timeout_seconds": 10, "deadline_seconds": 300
 
 class UpstreamUnavailable(Exception):
     """The upstream could not be listed (the message never contains a credential)."""
+
+    def __init__(self, message: str):
+        super().__init__(scrubbed_text(message))
+
+
+def scrubbed_text(text: str) -> str:
+    """``text`` with every configured tool secret (any encoding) replaced: an upstream may echo
+    the credential it was sent into an error we keep or show."""
+    pattern = tool_secrets_pattern()
+    return pattern.sub(REDACTED, text) if pattern is not None else text
+
+
+def scrubbed_definition(value):
+    """(``value`` with secrets and NULs replaced in every key and string, whether anything was)
+    — what can be kept of a hostile definition (PostgreSQL stores no NUL in text or jsonb)."""
+    pattern, found = tool_secrets_pattern(), False
+
+    def clean(text: str) -> str:
+        nonlocal found
+        out = pattern.sub(REDACTED, text) if pattern is not None else text
+        out = out.replace("\x00", "\ufffd")
+        found = found or out != text
+        return out
+
+    def walk(v):
+        if isinstance(v, str):
+            return clean(v)
+        if isinstance(v, dict):
+            return {clean(k): walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value), found
 
 
 def credential_headers(credential: str) -> dict[str, str]:
@@ -123,12 +164,22 @@ def upstream_import(
         raise ValidationError(f"prefix: {exc}") from exc
     tools = upstream_list(url=url, credential=credential)
     report = ImportReport()
-    for tool in sorted(tools, key=lambda t: t.get("name", "")):
+    claimants: dict[str, list[str]] = {}  # ToolSpec name → the upstream names that would get it
+    for tool in tools:
+        claimants.setdefault(toolops_name(prefix, str(tool.get("name", ""))), []).append(str(tool.get("name", "")))
+    for tool in sorted(tools, key=lambda t: str(t.get("name", ""))):
+        upstream_name = scrubbed_text(str(tool.get("name", "?")))
+        rivals = claimants[toolops_name(prefix, str(tool.get("name", "")))]
+        if len(rivals) > 1:  # a repeated name, or two names one prefix maps alike: which is which?
+            report.skipped[upstream_name] = (f"{len(rivals)} listed tools ({', '.join(sorted(scrubbed_text(r) for r in rivals))}) "
+                                             f"would all be {toolops_name(prefix, str(tool.get('name', '')))}: none is imported")
+            continue
         try:
             spec = _import_one(url=url, prefix=prefix, tool=tool, credential=credential,
                                lookup=(lookups or {}).get(tool.get("name", "")), user=user, tenant=tenant)
-        except (ValidationError, ToolNameError) as exc:
-            report.skipped[tool.get("name", "?")] = "; ".join(getattr(exc, "messages", [str(exc)]))
+        except (ValidationError, ToolNameError, Unpinnable, DatabaseError) as exc:
+            why = "; ".join(getattr(exc, "messages", None) or [str(exc)])
+            report.skipped[upstream_name] = scrubbed_text(why if not isinstance(exc, DatabaseError) else f"could not be stored: {why}")
             continue
         if spec is None:
             report.unchanged.append(tool["name"])
@@ -140,15 +191,22 @@ def upstream_import(
 def _import_one(*, url, prefix, tool, credential, lookup, user, tenant) -> ToolSpec | None:
     name = toolops_name(prefix, tool["name"])
     validate_tool_name(name)
+    if len(name) > ToolSpec._meta.get_field("name").max_length or len(tool["name"]) > UpstreamTool._meta.get_field("upstream_name").max_length:
+        raise ValidationError(f"the name is longer than {ToolSpec._meta.get_field('name').max_length} characters")
+    if scrubbed_definition(governed_definition(tool))[1]:
+        raise ValidationError("the definition holds a configured tool credential or a NUL character: not imported")
     sha = definition_sha256(tool)
     if UpstreamTool.objects.filter(tool_spec__name=name, pinned_sha256=sha, server_url=url).exists():
         return None
+    elsewhere = UpstreamTool.objects.filter(tool_spec__name=name).exclude(server_url=url, upstream_name=tool["name"]).first()
+    if elsewhere is not None:
+        raise ValidationError(f"{name} is already imported from {elsewhere.upstream_name} on {elsewhere.server_url}")
     proposal = proposed_class(tool.get("annotations"))
-    capability, _ = Capability.objects.get_or_create(
-        name=name, defaults={"operation_class": proposal.operation_class,
-                             "description": f"call {tool['name']} on {url} (imported)"},
-    )
     with transaction.atomic():
+        capability, _ = Capability.objects.get_or_create(
+            name=name, defaults={"operation_class": proposal.operation_class,
+                                 "description": f"call {tool['name']} on {url} (imported)"},
+        )
         top = ToolSpec.objects.select_for_update().filter(name=name).aggregate(v=Max("version"))["v"] or 0
         spec = ToolSpec(
             name=name, version=top + 1, status=ToolSpec.Status.DRAFT, tenant=tenant,
@@ -196,13 +254,23 @@ def upstream_refresh(*, server_url: str | None = None, now=None) -> dict[str, in
     counts = {s: 0 for s in (Watch.PINNED, Watch.CHANGED, Watch.MISSING)} | {"unreachable": 0}
     for (url, credential), rows in by_server.items():
         try:
-            listed = {t["name"]: t for t in upstream_list(url=url, credential=credential)}
+            listed: dict[str, dict] = {}
+            for tool in upstream_list(url=url, credential=credential):
+                listed.setdefault(tool.get("name"), tool)  # the first, as the call-time pin check reads it
         except (UpstreamUnavailable, ValidationError) as exc:
-            UpstreamTool.objects.filter(pk__in=[r.pk for r in rows]).update(check_error=str(exc)[:300], checked_at=now)
+            UpstreamTool.objects.filter(pk__in=[r.pk for r in rows]).update(
+                check_error=scrubbed_text("; ".join(getattr(exc, "messages", None) or [str(exc)]))[:300], checked_at=now)
             counts["unreachable"] += len(rows)
             continue
         for row in rows:
-            counts[upstream_observe(upstream=row, observed=listed.get(row.upstream_name), now=now)] += 1
+            try:
+                counts[upstream_observe(upstream=row, observed=listed.get(row.upstream_name), now=now)] += 1
+            except Exception as exc:  # noqa: BLE001 - one hostile definition must not stop the other tools' watch
+                logger.exception("upstream tool %s: the refreshed definition could not be recorded", row.tool_spec.ref)
+                UpstreamTool.objects.filter(pk=row.pk).update(
+                    check_error=scrubbed_text(f"the refreshed definition could not be recorded: {type(exc).__name__}")[:300],
+                    checked_at=now)
+                counts["unreachable"] += 1
     return counts
 
 
@@ -215,11 +283,17 @@ def upstream_observe(*, upstream: UpstreamTool, observed: dict | None, now=None)
     now = now or timezone.now()
     target = watch_next(state=upstream.state, pinned_sha256=upstream.pinned_sha256, observed=observed)
     fields = {"checked_at": now, "check_error": ""}
-    if target in QUARANTINED:
-        observed_sha = definition_sha256(observed) if observed else ""
+    if upstream.state == Watch.CHANGED and (observed is None or observed_sha256(observed) == upstream.pinned_sha256):
+        # Still quarantined as changed (vanishing or changing back lifts nothing); the changed
+        # definition stays as the evidence.
+        fields["check_error"] = ("the upstream no longer lists this tool" if observed is None
+                                 else "the upstream lists the pinned definition again; the change stays quarantined")
+    elif target in QUARANTINED:
+        kept, scrubbed = scrubbed_definition(governed_definition(observed)) if observed else (None, False)
+        # "" when no new version can be pinned from what is kept (scrubbed, or no RFC 8785 form).
+        observed_sha = observed_sha256(observed) if observed and not scrubbed else ""
         if target != upstream.state or observed_sha != upstream.observed_sha256:
-            fields.update(state=target, observed_definition=governed_definition(observed) if observed else None,
-                          observed_sha256=observed_sha, detected_at=now)
+            fields.update(state=target, observed_definition=kept, observed_sha256=observed_sha, detected_at=now)
             logger.warning("upstream tool %s quarantined (%s)", upstream.tool_spec.ref, target)
     elif target != upstream.state:
         fields.update(state=target, observed_definition=None, observed_sha256="", detected_at=None)
@@ -241,6 +315,9 @@ def upstream_new_version(*, upstream: UpstreamTool, user=None) -> ToolSpec:
         raise ValidationError("only a changed definition can become a new version")
     old = upstream.tool_spec
     tool = upstream.observed_definition
+    if not upstream.observed_sha256:
+        raise ValidationError("the changed definition cannot be pinned (no RFC 8785 form, or it was scrubbed): "
+                              "fix the upstream, then refresh")
     proposal = proposed_class(tool.get("annotations"))
     config = {**(old.executor or {}), "definition_sha256": definition_sha256(tool)}
     config.pop("output_schema", None)
@@ -248,14 +325,17 @@ def upstream_new_version(*, upstream: UpstreamTool, user=None) -> ToolSpec:
         config["output_schema"] = tool["outputSchema"]
     with transaction.atomic():
         top = ToolSpec.objects.select_for_update().filter(name=old.name).aggregate(v=Max("version"))["v"] or 0
-        spec = ToolSpec.objects.create(
-            name=old.name, version=top + 1, status=ToolSpec.Status.DRAFT, title=old.title,
+        spec = ToolSpec(
+            name=old.name, version=top + 1, status=ToolSpec.Status.DRAFT, tenant=old.tenant,
+            title=(tool.get("title") or (tool.get("annotations") or {}).get("title") or old.title)[:200],
             description=tool.get("description") or "", input_schema=tool.get("inputSchema") or {"type": "object"},
             side_effect_class=proposal.side_effect_class, required_capabilities=old.required_capabilities,
             confirmation_policy={**(old.confirmation_policy or {}), **({"required": True} if proposal.confirmation_required else {})},
             timeout_policy=old.timeout_policy, retry_policy=old.retry_policy, result_policy=old.result_policy,
             normalizers=old.normalizers, executor=config, created_by=user,
         )
+        toolspec_check_owner(spec=spec)
+        spec.save()
         UpstreamTool.objects.create(
             tool_spec=spec, server_url=upstream.server_url, upstream_name=upstream.upstream_name,
             credential=upstream.credential, pinned_definition=governed_definition(tool), pinned_sha256=definition_sha256(tool),

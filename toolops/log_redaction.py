@@ -16,14 +16,15 @@ from toolops.runtime.secret_forms import secrets_pattern
 from toolops.runtime.tool_messages import REDACTED
 
 
-def _pattern():
+def tool_secrets_pattern():
+    """One pattern for every configured tool secret in every encoding; None when none are set."""
     secrets = getattr(settings, "TOOLOPS_TOOL_SECRETS", {}) or {}
     return secrets_pattern(v for v in secrets.values() if isinstance(v, str))
 
 
 class SecretRedactionFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        pattern = _pattern()
+        pattern = tool_secrets_pattern()
         if pattern is None:
             return True
         try:

@@ -13,7 +13,8 @@ an upstream says about its tools is a *claim*, so:
   ``idempotentHint: true`` → ``write_unsafe``. The result is a *proposal* for an admin.
 * **Drift** — a refreshed definition is compared with the pin; the watch state moves by
   ``WATCH_TRANSITIONS`` (a change is sticky: it ends only with a new version, never because
-  the upstream changed back).
+  the upstream changed back — nor by vanishing first and then listing the pinned definition
+  again, so a changed tool that disappears stays CHANGED, its evidence kept).
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ WATCH_TRANSITIONS = frozenset({
     (Watch.MISSING, Watch.CHANGED),
     (Watch.MISSING, Watch.PINNED),  # listed again, byte for byte the pinned definition
     (Watch.CHANGED, Watch.CHANGED),  # changed again: the newest observation is kept
-    (Watch.CHANGED, Watch.MISSING),
+    # No (CHANGED, MISSING): changed → missing → pinned would lift a rug pull without an admin.
 })
 QUARANTINED = frozenset({Watch.CHANGED, Watch.MISSING})
 
@@ -57,8 +58,25 @@ def governed_definition(tool: Mapping[str, Any]) -> dict:
 
 
 def definition_sha256(tool: Mapping[str, Any]) -> str:
-    """SHA-256 hex of the RFC 8785 canonical form of the governed definition."""
-    return hashlib.sha256(canonical_json(governed_definition(tool))).hexdigest()
+    """SHA-256 hex of the RFC 8785 canonical form of the governed definition; ``Unpinnable``
+    when it has none (an integer beyond ±2**53, a NaN — RFC 8785 numbers are IEEE doubles)."""
+    try:
+        return hashlib.sha256(canonical_json(governed_definition(tool))).hexdigest()
+    except ValueError as exc:
+        raise Unpinnable(f"the definition has no RFC 8785 canonical form: {exc}") from None
+
+
+class Unpinnable(ValueError):
+    """An upstream definition that cannot be pinned (so it never matches a pin)."""
+
+
+def observed_sha256(tool: Mapping[str, Any]) -> str:
+    """``definition_sha256``, or "" for a definition that cannot be pinned: it differs from
+    every pin, since each pin was computed from one that could."""
+    try:
+        return definition_sha256(tool)
+    except Unpinnable:
+        return ""
 
 
 @dataclass(frozen=True)
@@ -95,12 +113,12 @@ def watch_next(*, state: str, pinned_sha256: str, observed: Mapping[str, Any] | 
     """The watch state after one refresh; ``observed`` is None when the tool is not listed."""
     if observed is None:
         target = Watch.MISSING
-    elif definition_sha256(observed) != pinned_sha256:
+    elif observed_sha256(observed) != pinned_sha256:
         target = Watch.CHANGED
     else:
         target = Watch.PINNED
-    if state == Watch.CHANGED and target == Watch.PINNED:
-        return Watch.CHANGED  # sticky: changing back does not undo a rug pull somebody may have seen
+    if state == Watch.CHANGED and target != Watch.CHANGED:
+        return Watch.CHANGED  # sticky: changing back (or vanishing) does not undo a rug pull somebody may have seen
     if target == state or (state, target) in WATCH_TRANSITIONS:
         return target
     return state
