@@ -27,10 +27,14 @@ Rules, the same as for the HTTP executor:
   (the tool answered: nothing committed); not reached → ``not_reached``; a timeout or dropped
   connection after the call was written → ``timeout_unknown`` (a write's commit is unknown:
   OUTCOME_UNKNOWN, reconciled by the lookup tool); a JSON-RPC error → ``permanent`` for
-  request errors, ``transient`` (commit unknown for writes) for server errors.
+  request errors the upstream sent itself, ``transient`` (commit unknown for writes) for server
+  errors and for an answer the client could not use (the SDK's own -32700/-32600);
+* the upstream's words (an ``isError`` text, a JSON-RPC error message) go in the error's
+  ``remote_message``, reported as untrusted text; ``message`` is ToolOps' own.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -49,7 +53,8 @@ from toolops.runtime.requirements import resolve_pointer
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_RESPONSE_BYTES = 1 << 20
-# JSON-RPC codes meaning "your request was refused as such": the tool never ran.
+# JSON-RPC codes meaning "your request was refused as such": the tool never ran — when the
+# upstream sent them (``mcp_client`` reports the SDK's stand-ins for an unusable answer apart).
 REQUEST_ERROR_CODES = frozenset({-32700, -32600, -32601, -32602})
 
 
@@ -131,9 +136,19 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
     return _outcome(config, result, ctx)
 
 
+def _answered(*, commit: str, failure_class: str, error: dict, remote: str | None, **fields) -> ExecutionOutcome:
+    """A failed attempt in ToolOps' words; the upstream's own (``remote``) are outside text, which
+    the model reads only as untrusted data (as the HTTP executor's ``remote_message``)."""
+    if remote:
+        error = {**error, "remote_message": remote}
+    return ExecutionOutcome(commit=commit, failure_class=failure_class, error=error,
+                            untrusted_text_pointers=("/remote_message",) if remote else (), **fields)
+
+
 def _failure(failure: mcp_client.UpstreamFailure, ctx) -> ExecutionOutcome:
     read_only = ctx.side_effect_class == "read_only"
     detail = {"phase": failure.phase, "kind": failure.kind, "http_status": failure.http_status}
+    failed = functools.partial(_answered, remote=failure.remote_message, detail=detail)
     if failure.http_status:
         # An HTTP refusal maps as it would for the HTTP executor; before the call was written
         # it is a refusal of the session, so nothing can have committed.
@@ -141,31 +156,32 @@ def _failure(failure: mcp_client.UpstreamFailure, ctx) -> ExecutionOutcome:
             commit, failure_class = outcome_for_status(status=failure.http_status, side_effect_class=ctx.side_effect_class)
         else:
             commit, failure_class = _not_committed(ctx), classify_status(failure.http_status)
-        return ExecutionOutcome(commit=commit, failure_class=failure_class, http_status=failure.http_status, detail=detail,
-                                error={"code": failure_class, "message": str(failure), "http_status": failure.http_status})
+        return failed(commit=commit, failure_class=failure_class, http_status=failure.http_status,
+                      error={"code": failure_class, "message": failure.message, "http_status": failure.http_status})
     if not failure.reached:
-        return ExecutionOutcome(commit=_not_committed(ctx), failure_class="not_reached", detail=detail,
-                                error={"code": "not_reached", "message": str(failure)})
+        return failed(commit=_not_committed(ctx), failure_class="not_reached",
+                      error={"code": "not_reached", "message": failure.message})
     if failure.kind == "too_large" and read_only:
         # The same question gets the same oversized answer: retrying only repeats the transfer.
-        return ExecutionOutcome(commit=Commit.NOT_APPLICABLE, failure_class="permanent", detail=detail,
-                                error={"code": "response_too_large", "message": str(failure)})
-    if failure.kind == "jsonrpc_error":
-        if failure.code in REQUEST_ERROR_CODES:
-            return ExecutionOutcome(commit=_not_committed(ctx), failure_class="permanent", detail=detail,
-                                    error={"code": "permanent", "message": str(failure), "jsonrpc_code": failure.code})
-        return ExecutionOutcome(commit=Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN, failure_class="transient",
-                                detail=detail, error={"code": "transient", "message": str(failure), "jsonrpc_code": failure.code})
+        return failed(commit=Commit.NOT_APPLICABLE, failure_class="permanent",
+                      error={"code": "response_too_large", "message": failure.message})
+    if failure.kind == "jsonrpc_error" and failure.code in REQUEST_ERROR_CODES:
+        return failed(commit=_not_committed(ctx), failure_class="permanent",
+                      error={"code": "permanent", "message": failure.message, "jsonrpc_code": failure.code})
+    if failure.kind in ("jsonrpc_error", "bad_answer"):
+        # A server error, or an answer the client could not use: the call was received, the tool may have acted.
+        return failed(commit=Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN, failure_class="transient",
+                      error={"code": "transient", "message": failure.message, "jsonrpc_code": failure.code})
     # Timed out, dropped, or too large after the call was written: the tool may have acted.
-    return ExecutionOutcome(commit=Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN, failure_class="timeout_unknown",
-                            detail=detail, error={"code": "outcome_unknown", "message": str(failure)})
+    return failed(commit=Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN, failure_class="timeout_unknown",
+                  error={"code": "outcome_unknown", "message": failure.message})
 
 
 def _outcome(config: dict, result: mcp_client.CallResult, ctx) -> ExecutionOutcome:
     if result.is_error:
         text = " ".join(b.get("text", "") for b in result.content if b.get("type") == "text")[:500]
-        return ExecutionOutcome(commit=_not_committed(ctx), failure_class="business_rejected",
-                                error={"code": "business_rejected", "message": text or "the tool reported an error"})
+        return _answered(commit=_not_committed(ctx), failure_class="business_rejected", remote=text.strip() or None,
+                         error={"code": "business_rejected", "message": "the tool reported an error"})
     value, untrusted = result_value(structured=result.structured, content=result.content)
     read_only = ctx.side_effect_class == "read_only"
     return ExecutionOutcome(

@@ -25,6 +25,7 @@ import concurrent.futures
 import contextvars
 import functools
 import hashlib
+import json
 import os
 import ssl
 import threading
@@ -38,6 +39,7 @@ import mcp_types as types
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from toolops.runtime.mcp_definitions import definition_sha256
 
@@ -53,6 +55,10 @@ class OffOrigin(Exception):
     """The client tried to send somewhere other than the checked upstream origin."""
 
 
+class BadListing(Exception):
+    """The upstream's ``tools/list`` pages would not end: a cursor came again, or the page limit passed."""
+
+
 @dataclass(frozen=True)
 class Pin:
     """Where the egress check said the upstream is: every request must go to this origin, and
@@ -66,12 +72,17 @@ class Pin:
 
 
 class UpstreamFailure(Exception):
-    """One exchange failed. ``reached``: the ``tools/call`` may have been processed."""
+    """One exchange failed. ``reached``: the ``tools/call`` may have been processed.
+
+    ``message`` is ToolOps' own account; ``remote_message`` what the upstream (or the SDK about
+    the upstream's answer) said, which is outside text: a model may read it only as untrusted
+    data. ``str()`` has both, for operators."""
 
     def __init__(self, kind: str, message: str, *, phase: str, reached: bool, code: int | None = None,
-                 http_status: int | None = None):
-        super().__init__(message)
+                 http_status: int | None = None, remote_message: str | None = None):
+        super().__init__(message + (f": {remote_message}" if remote_message else ""))
         self.kind, self.phase, self.reached, self.code, self.http_status = kind, phase, reached, code, http_status
+        self.message, self.remote_message = message, remote_message
 
 
 class DefinitionDrift(Exception):
@@ -91,16 +102,93 @@ class CallResult:
     detail: dict = field(default_factory=dict)
 
 
+class _ByteBudget:
+    """What an exchange may still read: of one response, or of all the pages of one listing."""
+
+    def __init__(self, limit: int, what: str):
+        self.limit, self.left, self.what = limit, limit, what
+
+    def spend(self, nbytes: int) -> None:
+        self.left -= nbytes
+        if self.left < 0:
+            raise ResponseTooLarge(f"{self.what} larger than {self.limit} bytes")
+
+
+# A JSON-RPC error is a few hundred bytes: an answer longer than this is never vouched for as one.
+_ANSWER_KEPT_BYTES = 64 << 10
+
+
+class _CallAnswer:
+    """The HTTP answer to the ``tools/call`` POST, and the start of its body: what tells the
+    upstream's own JSON-RPC error from one the SDK made up for an answer it could not use."""
+
+    def __init__(self, request: httpx2.Request, response: httpx2.Response):
+        self.request, self.status = request, response.status_code
+        self.content_type = response.headers.get("content-type", "").lower()
+        self.body: bytearray | None = bytearray()  # None: longer than _ANSWER_KEPT_BYTES
+
+    def keep(self, chunk: bytes) -> None:
+        if self.body is not None:
+            self.body += chunk
+            if len(self.body) > _ANSWER_KEPT_BYTES:
+                self.body = None
+
+    def carried_error(self, code: int) -> bool:
+        """Whether the upstream itself answered with JSON-RPC error ``code``: a 2xx (not 202)
+        whose JSON body, or whose event stream's first answer, parses as that error — read as
+        ``mcp.client.streamable_http`` reads it. The SDK makes up -32700 for a body or event
+        that does not parse and -32600 for a 202 or another content type, after the call was
+        received: those say nothing about whether the tool ran."""
+        if not 200 <= self.status < 300 or self.status == 202 or self.body is None:
+            return False
+        if self.content_type.startswith("application/json"):
+            message = _jsonrpc_message(bytes(self.body))
+        elif self.content_type.startswith("text/event-stream"):
+            message = self._first_event_answer()
+        else:
+            return False
+        return isinstance(message, types.JSONRPCError) and message.error.code == code
+
+    def _first_event_answer(self):
+        response = httpx2.Response(self.status, headers={"content-type": self.content_type}, content=bytes(self.body),
+                                   request=self.request)
+        try:
+            for event in httpx2.EventSource(response, max_event_size=None):
+                if event.event != "message" or not event.data:
+                    continue
+                message = _jsonrpc_message(event.data)
+                if message is None or isinstance(message, (types.JSONRPCResponse, types.JSONRPCError)):
+                    return message  # the SDK stops at the first answer, or the first event it cannot parse
+        except httpx2.SSEError:
+            return None
+        return None
+
+
+def _jsonrpc_message(data: bytes | str):
+    try:
+        return types.jsonrpc_message_adapter.validate_json(data, by_name=False)
+    except ValidationError:
+        return None
+
+
+def _is_tool_call(request: httpx2.Request) -> bool:
+    try:
+        message = json.loads(request.content)
+    except (ValueError, httpx2.RequestNotRead):
+        return False
+    return isinstance(message, dict) and message.get("method") == "tools/call"
+
+
 class _CappedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner, limit: int, exchange: dict):
-        self.inner, self.limit, self.seen, self.exchange = inner, limit, 0, exchange
+    def __init__(self, inner, budget: _ByteBudget, exchange: dict, answer: _CallAnswer | None = None):
+        self.inner, self.budget, self.exchange, self.answer = inner, budget, exchange, answer
 
     async def __aiter__(self):
         try:
             async for chunk in self.inner:
-                self.seen += len(chunk)
-                if self.seen > self.limit:
-                    raise ResponseTooLarge(f"response larger than {self.limit} bytes")
+                self.budget.spend(len(chunk))
+                if self.answer is not None:
+                    self.answer.keep(chunk)
                 yield chunk
         except Exception as exc:
             _note_transport_failure(self.exchange, exc)
@@ -110,9 +198,10 @@ class _CappedStream(httpx2.AsyncByteStream):
         await self.inner.aclose()
 
 
-# The exchange under way in this task: its phase, the last HTTP status seen, the byte cap. The
-# SDK runs each POST in a task of the sender's context, so a connection shared by concurrent
-# calls still reports to the call that made the request.
+# The exchange under way in this task: its phase, its endpoint key, the byte cap, the last POST's
+# HTTP status before the call and the call's own answer (``call_answer``). The SDK runs each POST
+# in a task of the sender's context, so a connection shared by concurrent calls still reports
+# to the call that made the request.
 _EXCHANGE: contextvars.ContextVar[dict] = contextvars.ContextVar("toolops_mcp_exchange")
 
 
@@ -124,9 +213,9 @@ def _note_transport_failure(exchange: dict, exc: Exception) -> None:
 
 class _CappedTransport(httpx2.AsyncBaseTransport):
     """Streams each response body through a byte counter that stops at the current exchange's
-    cap, notes its last HTTP status (the SDK folds a non-2xx answer into a generic JSON-RPC
-    error) and, with a ``pin``, sends only to the pinned origin, connecting to its checked
-    address."""
+    cap (one cap for all the pages of a listing), notes the HTTP status of its POSTs (the SDK
+    folds a non-2xx answer into a generic JSON-RPC error) and, with a ``pin``, sends only to the
+    pinned origin, connecting to its checked address."""
 
     def __init__(self, pin: Pin | None = None, limits: httpx2.Limits | None = None):
         self.inner = httpx2.AsyncHTTPTransport(verify=_ssl_context(), **({"limits": limits} if limits else {}))
@@ -150,8 +239,17 @@ class _CappedTransport(httpx2.AsyncBaseTransport):
         except Exception as exc:
             _note_transport_failure(exchange, exc)
             raise
-        exchange["http_status"] = response.status_code
-        response.stream = _CappedStream(response.stream, exchange["max_bytes"], exchange)
+        budget, answer = _ByteBudget(exchange["max_bytes"], "response"), None
+        # Only a POST answers a request of ours: the GET event stream's and the DELETE that ends
+        # a legacy session (sent before an error is classified; 405 is allowed) say nothing of it.
+        if request.method == "POST":
+            if exchange["phase"] != SEND:
+                exchange["http_status"] = response.status_code
+            elif "call_answer" not in exchange and _is_tool_call(request):
+                answer = exchange["call_answer"] = _CallAnswer(request, response)
+            if exchange["phase"] == LIST:  # one budget for every page: a paginator cannot multiply the cap
+                budget = exchange.setdefault("listing_budget", _ByteBudget(exchange["max_bytes"], "listing"))
+        response.stream = _CappedStream(response.stream, budget, exchange, answer)
         return response
 
     async def aclose(self) -> None:
@@ -212,7 +310,7 @@ class _Session:
                 # once closing starts: leaving the client (a legacy session's DELETE) is bounded.
                 with anyio.CancelScope() as leaving:
                     async with _client(url, http) as client:
-                        _remember(url, client)
+                        _remember(client)
                         ready.set_result(client)
                         await self.closing.wait()
                         leaving.deadline = anyio.current_time() + _CLOSE_SECONDS
@@ -451,9 +549,10 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return out
 
 
-def _classify(exc: BaseException, phase: str, http_status: int | None) -> UpstreamFailure:
+def _classify(exc: BaseException, state: dict) -> UpstreamFailure:
     """Turn whatever the SDK or the transport raised into one ``UpstreamFailure``."""
     leaves = _leaves(exc)
+    phase = state["phase"]
     sent = phase == SEND
     for leaf in leaves:
         if isinstance(leaf, (TimeoutError, httpx2.TimeoutException)) and not isinstance(leaf, httpx2.ConnectTimeout):
@@ -467,13 +566,31 @@ def _classify(exc: BaseException, phase: str, http_status: int | None) -> Upstre
         if isinstance(leaf, (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)):
             return UpstreamFailure("dropped", f"{type(leaf).__name__}: the connection ended without an answer",
                                    phase=phase, reached=sent)
+        if isinstance(leaf, BadListing):
+            return UpstreamFailure("bad_listing", str(leaf), phase=phase, reached=False)
         if isinstance(leaf, MCPError):
-            status = http_status if http_status and http_status >= 400 else None
-            kind = "http_error" if status else "jsonrpc_error"
-            return UpstreamFailure(kind, leaf.error.message[:300] + (f" (HTTP {status})" if status else ""), phase=phase,
-                                   reached=sent, code=leaf.error.code, http_status=status)
+            return _error_answer(leaf.error, state)
     first = leaves[0]
-    return UpstreamFailure("error", f"{type(first).__name__}: {str(first)[:200]}", phase=phase, reached=sent)
+    return UpstreamFailure("error", f"{type(first).__name__} in the upstream exchange ({phase})", phase=phase,
+                           reached=sent, remote_message=str(first)[:200] or None)
+
+
+def _error_answer(error: types.ErrorData, state: dict) -> UpstreamFailure:
+    """A JSON-RPC error the session raised. After the call was written only the call's own answer
+    counts: its HTTP status, and whether the upstream sent the error or the SDK made it up."""
+    phase, code = state["phase"], error.code
+    sent = phase == SEND
+    answer = state.get("call_answer") if sent else None
+    status = answer.status if answer is not None else (None if sent else state.get("http_status"))
+    remote = error.message[:300] or None
+    if status and status >= 400:
+        return UpstreamFailure("http_error", f"the upstream answered HTTP {status}", phase=phase, reached=sent,
+                               code=code, http_status=status, remote_message=remote)
+    if sent and (answer is None or not answer.carried_error(code)):
+        return UpstreamFailure("bad_answer", f"the upstream's answer to the call could not be used (JSON-RPC {code})",
+                               phase=phase, reached=True, code=code, remote_message=remote)
+    return UpstreamFailure("jsonrpc_error", f"the upstream answered with JSON-RPC error {code}", phase=phase,
+                           reached=sent, code=code, remote_message=remote)
 
 
 def _run(coro_fn, *, timeout: float, state: dict):
@@ -481,7 +598,7 @@ def _run(coro_fn, *, timeout: float, state: dict):
         return _run_classified(coro_fn, timeout=timeout, state=state)
     except (DefinitionDrift, UpstreamFailure) as exc:
         if isinstance(exc, UpstreamFailure) and exc.phase != SEND:
-            _DISCOVERED.pop(state["url"], None)
+            _DISCOVERED.pop(state["endpoint_key"], None)
         if state.get("verified_key") is not None:  # nothing vouches for the pin until it is listed again
             _pin_unverified(state["verified_key"])
         raise
@@ -511,27 +628,30 @@ def _run_classified(coro_fn, *, timeout: float, state: dict):
         drift = next((leaf for leaf in _leaves(exc) if isinstance(leaf, DefinitionDrift)), None)
         if drift is not None:
             raise drift from None
-        raise _classify(exc, state["phase"], state.get("http_status")) from exc
+        raise _classify(exc, state) from exc
 
 
-# url → (protocol version, DiscoverResult) of the last modern session in this process: the next
-# session adopts it instead of probing ``server/discover`` again (one round trip less per call).
-# Any failure before a call is written drops the entry, so an upgraded server is probed afresh.
-_DISCOVERED: dict[str, tuple[str, Any]] = {}
+# Endpoint key (url, checked address, credential digest) → (protocol version, DiscoverResult) of
+# the last modern session in this process: the next session to that endpoint adopts it instead of
+# probing ``server/discover`` again (one round trip less per call); another credential or address
+# may be shown another server and probes its own. Any failure before a call is written drops
+# the entry, so an upgraded server is probed afresh.
+_DISCOVERED: dict[tuple, tuple[str, Any]] = {}
 
 
 def _client(url: str, http: httpx2.AsyncClient) -> Client:
+    """A client for the exchange under way (``_EXCHANGE``: its endpoint key names what it adopts)."""
     transport = streamable_http_client(url, http_client=http)
-    known = _DISCOVERED.get(url)
+    known = _DISCOVERED.get(_EXCHANGE.get()["endpoint_key"])
     if known is None:
         return Client(transport, cache=None)
     return Client(transport, cache=None, mode=known[0], prior_discover=known[1])
 
 
-def _remember(url: str, client: Client) -> None:
-    discovered = client.session.discover_result
-    if discovered is not None and url not in _DISCOVERED:
-        _DISCOVERED[url] = (client.session.protocol_version, discovered)
+def _remember(client: Client) -> None:
+    discovered, key = client.session.discover_result, _EXCHANGE.get()["endpoint_key"]
+    if discovered is not None and key not in _DISCOVERED:
+        _DISCOVERED[key] = (client.session.protocol_version, discovered)
 
 
 # (url, checked address, credential digest, tool, pinned SHA-256) → when this process last listed
@@ -579,24 +699,31 @@ def forget_verified_pins() -> None:
     _UPSTREAM.forget()
 
 
+LISTING_PAGES_MAX = 100  # pages of one tools/list: past them it fails, rather than answer with part of the list
+
+
 async def _listing(client: Client) -> list[dict]:
-    tools, cursor = [], None
-    for _ in range(100):  # a paginator that never ends cannot hang us past the deadline anyway
+    """Every page of ``tools/list``; all of them share the exchange's byte cap (``_CappedTransport``)."""
+    tools, cursor, cursors = [], None, set()
+    for _ in range(LISTING_PAGES_MAX):
         page = await client.list_tools(cursor=cursor, cache_mode="refresh")
         tools += [_tool_dict(t) for t in page.tools]
         cursor = page.next_cursor
         if not cursor:
-            break
-    return tools
+            return tools
+        if cursor in cursors:
+            raise BadListing(f"the upstream's tools/list gave a cursor again after {len(cursors) + 1} pages")
+        cursors.add(cursor)
+    raise BadListing(f"the upstream's tools/list did not end within {LISTING_PAGES_MAX} pages")
 
 
 def list_tools(*, url: str, headers: dict[str, str], timeout: float, max_bytes: int, pin: Pin | None = None) -> list[dict]:
-    """The upstream's ``tools/list`` (all pages) as wire-form dicts."""
-    state = {"phase": CONNECT, "url": url, "max_bytes": max_bytes}
+    """The upstream's ``tools/list`` (all pages, ``max_bytes`` for all of them) as wire-form dicts."""
+    state = {"phase": CONNECT, "endpoint_key": _endpoint_key(url, pin, headers), "max_bytes": max_bytes}
 
     async def go():
         async with _http_client(headers, timeout, pin) as http, _client(url, http) as client:
-            _remember(url, client)
+            _remember(client)
             state["phase"] = LIST
             return await _listing(client)
 
@@ -616,7 +743,7 @@ def call_tool(
     connection and an idle session to the upstream; any failure closes them."""
     endpoint_key = _endpoint_key(url, pin, headers)
     key = (*endpoint_key, name, pinned_sha256) if pinned_sha256 is not None else None
-    state = {"phase": CONNECT, "url": url, "verified_key": key, "max_bytes": max_bytes}
+    state = {"phase": CONNECT, "endpoint_key": endpoint_key, "verified_key": key, "max_bytes": max_bytes}
     verified_at = _VERIFIED.get(key) if key is not None else None
     check = key is not None and (verified_at is None or time.monotonic() - verified_at >= recheck_seconds)
 
@@ -644,7 +771,7 @@ def call_tool(
     async def go():
         if not keep_connection:
             async with _http_client(headers, timeout, pin) as http, _client(url, http) as client:
-                _remember(url, client)
+                _remember(client)
                 return await exchange(client)
         endpoint = state["endpoint"] = _UPSTREAM.take(endpoint_key, headers, pin)
         try:
