@@ -3,9 +3,9 @@
 Celery workers, the MCP front door's database threads and management commands are synchronous;
 each call here hands the async client to this process's one upstream event loop (a daemon
 thread, ``_UpstreamLoop``) and waits for it under one wall-clock deadline (``anyio.fail_after``).
-Every response is read through a byte cap (a wrapping httpx transport), so a slow or huge answer
-cannot hold a worker. No Django here: callers pass the URL, the headers (credentials resolved by
-them) and the limits.
+Every response is read through a byte cap (a wrapping httpx transport; one cap for all the pages
+of a listing), so a slow or huge answer cannot hold a worker. No Django here: callers pass the
+URL, the headers (credentials resolved by them) and the limits.
 
 Reads (``keep_connection=True``) reuse this process's HTTP connection and an idle MCP session
 to the upstream for a short while (``KEPT_IDLE_SECONDS``), which saves the TCP connect and the
@@ -41,7 +41,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from toolops.runtime.mcp_definitions import definition_sha256
+from toolops.runtime.mcp_definitions import observed_sha256
 
 # Phases of one exchange, in order: a failure in the first three never reached the tool.
 CONNECT, LIST, VERIFY, SEND = "connect", "list", "verify", "send"
@@ -754,7 +754,8 @@ def call_tool(
             listed_at = time.monotonic()
             listed = next((t for t in await _listing(client) if t.get("name") == name), None)
             state["phase"] = VERIFY
-            if listed is None or definition_sha256(listed) != pinned_sha256:
+            # observed_sha256: "" for a definition RFC 8785 cannot pin, which is never the pin.
+            if listed is None or observed_sha256(listed) != pinned_sha256:
                 raise DefinitionDrift(listed)
             _pin_verified(key, listed_at)
         state["phase"] = SEND

@@ -91,7 +91,8 @@ def test_is_error_is_a_business_rejection(specs, notes):
     notes.fault("notes.create", "error", message="no such notebook")
     out = _run(specs["notes.create"], {"title": "t", "body": "b"})
     assert out.failure_class == "business_rejected" and out.commit == Commit.NOT_COMMITTED
-    assert "no such notebook" in out.error["message"]
+    # The upstream's words are its own, kept apart and marked untrusted (as for HTTP tools).
+    assert "no such notebook" in out.error["remote_message"] and "no such notebook" not in out.error["message"]
 
 
 def test_a_response_over_the_cap_is_not_read(specs, notes):
@@ -252,8 +253,9 @@ def test_a_check_made_with_one_credential_does_not_vouch_for_another(specs, note
     assert _run(specs["notes.search"], {"query": "a"}).ok
     settings.TOOLOPS_TOOL_SECRETS = {**settings.TOOLOPS_TOOL_SECRETS, "NOTES_MCP_TOKEN": "another"}
     out = _run(specs["notes.search"], {"query": "b"})
-    # Refused while listing for this credential (its own check), not skipped straight to the call.
-    assert out.http_status == 401 and out.detail["phase"] == "list", out
+    # Refused while opening a session for this credential (discovery is kept per credential
+    # too), so neither its own check nor the call was skipped to.
+    assert out.http_status == 401 and out.detail["phase"] == "connect", out
     assert len(notes.calls("notes.search")) == 1
 
 
