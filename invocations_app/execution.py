@@ -585,15 +585,16 @@ def stale_open_attempts(*, now: datetime | None = None):
 def _resend_or_fail(invocation: Invocation) -> str:
     """The tool reports the key absent: re-send with the same key, within the retry policy (safe
     even if the cut-off request is still being processed: the key makes it one effect). With no
-    attempt left, "nothing was committed" is only concluded once that request can no longer
-    land (``ABSENT_SETTLE``); until then the call is looked up again."""
+    attempt left, "nothing was committed" is only concluded once a cut-off request (no answer, a
+    202 Accepted, an answer the client could not read) can no longer land (``ABSENT_SETTLE``); until then the call is looked up again.
+    An attempt the tool answered (a 503, say) has nothing left in flight."""
     last = invocation.attempts.order_by("-number").first()
     now = timezone.now()
     decision = decide_retry(
         failure_class="transient", side_effect_class=invocation.tool_spec.side_effect_class,
         attempt=max(1, invocation.attempt_count), policy=retry_policy(invocation), now=now, deadline=invocation.deadline,
     )
-    if decision.action == Action.STOP and _may_still_land(last, now):
+    if decision.action == Action.STOP and _cut_off(last) and _settling(last, now):
         Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(next_attempt_at=now + ABSENT_LOOKUP_AGAIN)
         return "absent_settling"
     if decision.action == Action.STOP:
@@ -620,8 +621,16 @@ ABSENT_SETTLE = timedelta(seconds=60)
 ABSENT_LOOKUP_AGAIN = timedelta(seconds=10)
 
 
-def _may_still_land(last, now) -> bool:
+def _settling(last, now) -> bool:
     return last is None or last.ended_at is None or now - last.ended_at < ABSENT_SETTLE
+
+
+def _cut_off(last) -> bool:
+    """The last attempt may still be processed over there: it got no answer, a 202, or one the
+    client could not read (an MCP ``bad_answer``)."""
+    outcome = (last.outcome or {}) if last is not None else {}
+    return (last is None or last.ended_at is None or last.failure_class == "timeout_unknown"
+            or outcome.get("http_status") == 202 or (outcome.get("detail") or {}).get("kind") == "bad_answer")
 
 
 def _absent_unsafe(invocation: Invocation) -> str:
@@ -629,7 +638,7 @@ def _absent_unsafe(invocation: Invocation) -> str:
     late commit is still possible, then left to support staff with the evidence in the trace."""
     last = invocation.attempts.order_by("-number").first()
     now = timezone.now()
-    settling = _may_still_land(last, now)
+    settling = _settling(last, now)
     Invocation.objects.filter(pk=invocation.pk, state=State.OUTCOME_UNKNOWN).update(
         next_attempt_at=now + ABSENT_LOOKUP_AGAIN if settling else None)
     return "absent_settling" if settling else "absent"
