@@ -381,11 +381,14 @@ def upstream_state_for_ref(*, name: str, version: int) -> str | None:
     return rows[0][0] if rows else None
 
 
-def upstream_alerts(*, limit: int = 50) -> tuple[list[UpstreamTool], list[UpstreamTool]]:
+def upstream_alerts(*, limit: int = 50, tenants: frozenset[int] | None = None) -> tuple[list[UpstreamTool], list[UpstreamTool]]:
     """In one query: quarantined imported tools (newest detection first), and those whose last
     refresh could not list their server — down, or refused by the egress policy — with the error
-    in ``check_error`` (most recently checked first). Retired versions are left out of the latter."""
-    rows = (UpstreamTool.objects.filter(Q(state__in=QUARANTINED) | ~Q(check_error=""))
+    in ``check_error`` (most recently checked first). Retired versions are left out of the latter.
+    ``tenants``: only tools those tenants own (before the limit, so other tenants' alerts never
+    crowd theirs out); ``None``: all."""
+    rows = UpstreamTool.objects.all() if tenants is None else UpstreamTool.objects.filter(tool_spec__tenant_id__in=tenants)
+    rows = (rows.filter(Q(state__in=QUARANTINED) | ~Q(check_error=""))
             .exclude(~Q(state__in=QUARANTINED) & Q(tool_spec__status=ToolSpec.Status.RETIRED))
             .select_related("tool_spec").order_by(F("detected_at").desc(nulls_last=True), "-checked_at")[: 2 * limit])
     quarantined = [r for r in rows if r.state in QUARANTINED][:limit]

@@ -480,8 +480,8 @@ def _upstream_cards(tenants: frozenset[int] | None) -> dict[str, list[dict]]:
     those whose server the last refresh could not list — down, or refused by the egress policy —
     so their pins are unverified (``unreachable``); one query for both. A tenant-scoped view lists
     only tools owned by those tenants (global tools are the platform's)."""
-    quarantined, unreachable = upstream_alerts()
-    mine = [w for w in quarantined + unreachable if tenants is None or w.tool_spec.tenant_id in tenants]
+    quarantined, unreachable = upstream_alerts(tenants=tenants)
+    mine = quarantined + unreachable
     return {
         "quarantined": [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
                          "server_url": w.server_url, "state": w.state, "changed": ", ".join(w.changed_fields),

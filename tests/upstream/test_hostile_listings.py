@@ -172,3 +172,24 @@ def test_without_the_change_permission_the_actions_are_not_offered(notes, client
     client.post(reverse("admin:specs_app_upstreamtool_changelist"),
                 {"action": "confirm_class", "_selected_action": [own["notes.search"].upstream.pk]})
     assert UpstreamTool.objects.get(pk=own["notes.search"].upstream.pk).class_confirmed == ""
+
+
+def test_other_tenants_alerts_never_crowd_a_tenants_out_of_its_dashboard_card(notes):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from invocations_app.console.dashboard import _upstream_cards
+    from specs_app.upstream import upstream_alerts
+    from tests.builders import make_tenant
+
+    acme = make_tenant(slug="acme-alerts")
+    published(_import(notes, prefix="glob").created)
+    own = published(_import(notes, prefix="acmealerts", tenant=acme).created)
+    notes.redefine("notes.search", description="changed for everyone")
+    upstream_refresh()
+    # The platform's alerts are the newest: with a limit of one they alone would fill it.
+    UpstreamTool.objects.filter(tool_spec__tenant__isnull=True).update(detected_at=timezone.now() + timedelta(hours=1))
+    quarantined, _ = upstream_alerts(limit=1, tenants=frozenset({acme.pk}))
+    assert [w.tool_spec_id for w in quarantined] == [own["notes.search"].pk]
+    assert [c["ref"] for c in _upstream_cards(frozenset({acme.pk}))["quarantined"]] == [own["notes.search"].ref]
