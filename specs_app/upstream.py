@@ -32,14 +32,13 @@ from django.utils import timezone
 
 from toolops import egress_net, mcp_client
 from toolops.db_batch import execute_one, select_rows
-from toolops.log_redaction import tool_secrets_pattern
 from toolops.runtime.egress import EgressRefused
 from toolops.runtime.mcp_definitions import (
     QUARANTINED, Unpinnable, Watch, definition_sha256, governed_definition, observed_sha256, proposed_class, toolops_name,
     watch_next,
 )
-from toolops.runtime.tool_messages import REDACTED
 from toolops.runtime.rendering import ToolNameError, validate_tool_name
+from toolops.runtime.tool_messages import ResultPolicy, redact
 
 from .models import Capability, Tenant, ToolSpec, UpstreamTool
 from .services import toolspec_check_owner
@@ -59,35 +58,23 @@ class UpstreamUnavailable(Exception):
         super().__init__(scrubbed_text(message))
 
 
+def _scrubbing() -> ResultPolicy:
+    # Every configured tool secret (an upstream may echo the credential it was sent), and NUL,
+    # which PostgreSQL stores in neither text nor jsonb.
+    secrets = getattr(settings, "TOOLOPS_TOOL_SECRETS", {}) or {}
+    return ResultPolicy(secrets=tuple(v for v in secrets.values() if isinstance(v, str)), redact_patterns=("\x00",))
+
+
 def scrubbed_text(text: str) -> str:
-    """``text`` with every configured tool secret (any encoding) replaced: an upstream may echo
-    the credential it was sent into an error we keep or show."""
-    pattern = tool_secrets_pattern()
-    return pattern.sub(REDACTED, text) if pattern is not None else text
+    """``text`` safe to keep or show: secrets (in any encoding) and NULs replaced."""
+    return redact(text, policy=_scrubbing())
 
 
-def scrubbed_definition(value):
-    """(``value`` with secrets and NULs replaced in every key and string, whether anything was)
-    — what can be kept of a hostile definition (PostgreSQL stores no NUL in text or jsonb)."""
-    pattern, found = tool_secrets_pattern(), False
-
-    def clean(text: str) -> str:
-        nonlocal found
-        out = pattern.sub(REDACTED, text) if pattern is not None else text
-        out = out.replace("\x00", "\ufffd")
-        found = found or out != text
-        return out
-
-    def walk(v):
-        if isinstance(v, str):
-            return clean(v)
-        if isinstance(v, dict):
-            return {clean(k): walk(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x) for x in v]
-        return v
-
-    return walk(value), found
+def scrubbed_definition(definition: dict) -> tuple[dict, bool]:
+    """What can be kept of a hostile definition (every key, string and number scrubbed as
+    ``scrubbed_text``), and whether anything had to be."""
+    kept = redact(definition, policy=_scrubbing())
+    return kept, kept != definition
 
 
 def credential_headers(credential: str) -> dict[str, str]:
@@ -164,22 +151,23 @@ def upstream_import(
         raise ValidationError(f"prefix: {exc}") from exc
     tools = upstream_list(url=url, credential=credential)
     report = ImportReport()
+    named = sorted(((str(t.get("name", "")), t) for t in tools), key=lambda pair: pair[0])
     claimants: dict[str, list[str]] = {}  # ToolSpec name → the upstream names that would get it
-    for tool in tools:
-        claimants.setdefault(toolops_name(prefix, str(tool.get("name", ""))), []).append(str(tool.get("name", "")))
-    for tool in sorted(tools, key=lambda t: str(t.get("name", ""))):
-        upstream_name = scrubbed_text(str(tool.get("name", "?")))
-        rivals = claimants[toolops_name(prefix, str(tool.get("name", "")))]
-        if len(rivals) > 1:  # a repeated name, or two names one prefix maps alike: which is which?
-            report.skipped[upstream_name] = (f"{len(rivals)} listed tools ({', '.join(sorted(scrubbed_text(r) for r in rivals))}) "
-                                             f"would all be {toolops_name(prefix, str(tool.get('name', '')))}: none is imported")
+    for upstream_name, _ in named:
+        claimants.setdefault(toolops_name(prefix, upstream_name), []).append(upstream_name)
+    for upstream_name, tool in named:
+        shown = scrubbed_text(upstream_name)
+        name = toolops_name(prefix, upstream_name)
+        if len(claimants[name]) > 1:  # a repeated name, or two names one prefix maps alike: which is which?
+            report.skipped[shown] = (f"{len(claimants[name])} listed tools ({scrubbed_text(', '.join(claimants[name]))}) "
+                                     f"would all be {scrubbed_text(name)}: none is imported")
             continue
         try:
             spec = _import_one(url=url, prefix=prefix, tool=tool, credential=credential,
                                lookup=(lookups or {}).get(tool.get("name", "")), user=user, tenant=tenant)
         except (ValidationError, ToolNameError, Unpinnable, DatabaseError) as exc:
             why = "; ".join(getattr(exc, "messages", None) or [str(exc)])
-            report.skipped[upstream_name] = scrubbed_text(why if not isinstance(exc, DatabaseError) else f"could not be stored: {why}")
+            report.skipped[shown] = scrubbed_text(why if not isinstance(exc, DatabaseError) else f"could not be stored: {why}")
             continue
         if spec is None:
             report.unchanged.append(tool["name"])
@@ -191,8 +179,10 @@ def upstream_import(
 def _import_one(*, url, prefix, tool, credential, lookup, user, tenant) -> ToolSpec | None:
     name = toolops_name(prefix, tool["name"])
     validate_tool_name(name)
-    if len(name) > ToolSpec._meta.get_field("name").max_length or len(tool["name"]) > UpstreamTool._meta.get_field("upstream_name").max_length:
-        raise ValidationError(f"the name is longer than {ToolSpec._meta.get_field('name').max_length} characters")
+    for value, limit in ((name, ToolSpec._meta.get_field("name").max_length),
+                         (tool["name"], UpstreamTool._meta.get_field("upstream_name").max_length)):
+        if len(value) > limit:
+            raise ValidationError(f"the name {value[:40]}… is longer than {limit} characters")
     if scrubbed_definition(governed_definition(tool))[1]:
         raise ValidationError("the definition holds a configured tool credential or a NUL character: not imported")
     sha = definition_sha256(tool)
@@ -283,7 +273,8 @@ def upstream_observe(*, upstream: UpstreamTool, observed: dict | None, now=None)
     now = now or timezone.now()
     target = watch_next(state=upstream.state, pinned_sha256=upstream.pinned_sha256, observed=observed)
     fields = {"checked_at": now, "check_error": ""}
-    if upstream.state == Watch.CHANGED and (observed is None or observed_sha256(observed) == upstream.pinned_sha256):
+    live_sha = observed_sha256(observed) if observed else ""
+    if upstream.state == Watch.CHANGED and (observed is None or live_sha == upstream.pinned_sha256):
         # Still quarantined as changed (vanishing or changing back lifts nothing); the changed
         # definition stays as the evidence.
         fields["check_error"] = ("the upstream no longer lists this tool" if observed is None
@@ -291,7 +282,7 @@ def upstream_observe(*, upstream: UpstreamTool, observed: dict | None, now=None)
     elif target in QUARANTINED:
         kept, scrubbed = scrubbed_definition(governed_definition(observed)) if observed else (None, False)
         # "" when no new version can be pinned from what is kept (scrubbed, or no RFC 8785 form).
-        observed_sha = observed_sha256(observed) if observed and not scrubbed else ""
+        observed_sha = "" if scrubbed else live_sha
         if target != upstream.state or observed_sha != upstream.observed_sha256:
             fields.update(state=target, observed_definition=kept, observed_sha256=observed_sha, detected_at=now)
             logger.warning("upstream tool %s quarantined (%s)", upstream.tool_spec.ref, target)

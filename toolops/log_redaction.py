@@ -16,15 +16,14 @@ from toolops.runtime.secret_forms import secrets_pattern
 from toolops.runtime.tool_messages import REDACTED
 
 
-def tool_secrets_pattern():
-    """One pattern for every configured tool secret in every encoding; None when none are set."""
+def _pattern():
     secrets = getattr(settings, "TOOLOPS_TOOL_SECRETS", {}) or {}
     return secrets_pattern(v for v in secrets.values() if isinstance(v, str))
 
 
 class SecretRedactionFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        pattern = tool_secrets_pattern()
+        pattern = _pattern()
         if pattern is None:
             return True
         try:

@@ -481,14 +481,13 @@ def _upstream_cards(tenants: frozenset[int] | None) -> dict[str, list[dict]]:
     so their pins are unverified (``unreachable``); one query for both. A tenant-scoped view lists
     only tools owned by those tenants (global tools are the platform's)."""
     quarantined, unreachable = upstream_alerts(tenants=tenants)
-    mine = quarantined + unreachable
     return {
         "quarantined": [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
                          "server_url": w.server_url, "state": w.state, "changed": ", ".join(w.changed_fields),
-                         "detected_at": w.detected_at} for w in mine if w in quarantined],
+                         "detected_at": w.detected_at} for w in quarantined],
         "unreachable": [{"ref": w.tool_spec.ref, "spec_pk": w.tool_spec_id, "pk": w.pk, "upstream_name": w.upstream_name,
                          "server_url": w.server_url, "error": w.check_error, "checked_at": w.checked_at}
-                        for w in mine if w in unreachable],
+                        for w in unreachable],
     }
 
 
