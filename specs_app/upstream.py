@@ -40,7 +40,7 @@ from toolops.runtime.mcp_definitions import (
 from toolops.runtime.rendering import ToolNameError, validate_tool_name
 from toolops.runtime.tool_messages import ResultPolicy, redact
 
-from .models import Capability, Tenant, ToolSpec, UpstreamTool
+from .models import Capability, OperationClass, Tenant, ToolSpec, UpstreamTool
 from .services import toolspec_check_owner
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 LIST_TIMEOUT_SECONDS = 10.0
 LIST_MAX_BYTES = 4 << 20
 DEFAULT_RESPONSE_CAP = 1 << 20
+# The longest ":class" an imported capability name may carry (``imported_capability``).
+CLASS_SUFFIX_MAX = max(len(f":{op}") for op in OperationClass.values)
 DEFAULT_TIMEOUT_POLICY = {"attempt_timeout_seconds": 10, "deadline_seconds": 300}
 
 
@@ -179,7 +181,10 @@ def upstream_import(
 def _import_one(*, url, prefix, tool, credential, lookup, user, tenant) -> ToolSpec | None:
     name = toolops_name(prefix, tool["name"])
     validate_tool_name(name)
-    for value, limit in ((name, ToolSpec._meta.get_field("name").max_length),
+    # The name also names its capability, with room for a ":class" suffix (``imported_capability``).
+    longest_name = min(ToolSpec._meta.get_field("name").max_length,
+                       Capability._meta.get_field("name").max_length - CLASS_SUFFIX_MAX)
+    for value, limit in ((name, longest_name),
                          (tool["name"], UpstreamTool._meta.get_field("upstream_name").max_length)):
         if len(value) > limit:
             raise ValidationError(f"the name {value[:40]}… is longer than {limit} characters")
@@ -193,10 +198,8 @@ def _import_one(*, url, prefix, tool, credential, lookup, user, tenant) -> ToolS
         raise ValidationError(f"{name} is already imported from {elsewhere.upstream_name} on {elsewhere.server_url}")
     proposal = proposed_class(tool.get("annotations"))
     with transaction.atomic():
-        capability, _ = Capability.objects.get_or_create(
-            name=name, defaults={"operation_class": proposal.operation_class,
-                                 "description": f"call {tool['name']} on {url} (imported)"},
-        )
+        capability = imported_capability(name=name, operation_class=proposal.operation_class,
+                                         description=f"call {tool['name']} on {url} (imported)")
         top = ToolSpec.objects.select_for_update().filter(name=name).aggregate(v=Max("version"))["v"] or 0
         spec = ToolSpec(
             name=name, version=top + 1, status=ToolSpec.Status.DRAFT, tenant=tenant,
@@ -217,6 +220,24 @@ def _import_one(*, url, prefix, tool, credential, lookup, user, tenant) -> ToolS
             checked_at=timezone.now(),
         )
     return spec
+
+
+def imported_capability(*, name: str, operation_class: str, description: str) -> Capability:
+    """The capability a version of the imported tool ``name`` requires.
+
+    Named as the tool while the proposed operation class is the one its first import gave it; a
+    version proposed with another class (the upstream's annotations changed) requires
+    ``name:class`` instead, so no grant given for the old class covers what the tool now does
+    (":" never occurs in a tool name, so no other tool's capability can take that name).
+    """
+    first = Capability.objects.filter(name=name).first()
+    wanted = name if first is None or first.operation_class == operation_class else f"{name}:{operation_class}"
+    capability, _ = Capability.objects.get_or_create(
+        name=wanted, defaults={"operation_class": operation_class, "description": description})
+    if capability.operation_class != operation_class:  # made by hand under that name
+        raise ValidationError(f"the capability {wanted} exists with the class {capability.operation_class}, "
+                              f"not {operation_class}")
+    return capability
 
 
 def upstream_confirm_class(*, upstream: UpstreamTool, user) -> UpstreamTool:
@@ -311,16 +332,22 @@ def upstream_new_version(*, upstream: UpstreamTool, user=None) -> ToolSpec:
                               "fix the upstream, then refresh")
     proposal = proposed_class(tool.get("annotations"))
     config = {**(old.executor or {}), "definition_sha256": definition_sha256(tool)}
+    ours = {old.name} | {f"{old.name}:{op}" for op in OperationClass.values}  # what an import names for it
     config.pop("output_schema", None)
     if isinstance(tool.get("outputSchema"), dict):
         config["output_schema"] = tool["outputSchema"]
     with transaction.atomic():
+        capability = imported_capability(name=old.name, operation_class=proposal.operation_class,
+                                         description=f"call {upstream.upstream_name} on {upstream.server_url} (imported)")
+        # The imported capability follows the new class; one an admin added by hand stays.
+        required = [{**entry, "capability": capability.name} if entry.get("capability") in ours else entry
+                    for entry in old.required_capabilities or []]
         top = ToolSpec.objects.select_for_update().filter(name=old.name).aggregate(v=Max("version"))["v"] or 0
         spec = ToolSpec(
             name=old.name, version=top + 1, status=ToolSpec.Status.DRAFT, tenant=old.tenant,
             title=(tool.get("title") or (tool.get("annotations") or {}).get("title") or old.title)[:200],
             description=tool.get("description") or "", input_schema=tool.get("inputSchema") or {"type": "object"},
-            side_effect_class=proposal.side_effect_class, required_capabilities=old.required_capabilities,
+            side_effect_class=proposal.side_effect_class, required_capabilities=required,
             confirmation_policy={**(old.confirmation_policy or {}), **({"required": True} if proposal.confirmation_required else {})},
             timeout_policy=old.timeout_policy, retry_policy=old.retry_policy, result_policy=old.result_policy,
             normalizers=old.normalizers, executor=config, created_by=user,
