@@ -20,10 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerOperationalError
-from redis.exceptions import RedisError
 
-from toolops.celery import app
+from toolops.celery import BROKER_ERRORS, app
 from toolops.runtime.states import State
 
 from .models import Confirmation, Invocation
@@ -35,8 +33,6 @@ WEBHOOK_DELIVER_TASK = "webhooks.deliver"
 # Longest countdown handed to the broker; later retries wait for the beat task
 # (``invocations.enqueue_due``), so no ETA outlives Redis' visibility timeout and runs twice.
 MAX_COUNTDOWN_SECONDS = 60
-# What a failed publish raises: kombu's wrapper, or the client's own error on the way there.
-BROKER_ERRORS = (BrokerOperationalError, RedisError, OSError)
 
 
 def traceparent_of(invocation: Invocation) -> str:

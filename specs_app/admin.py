@@ -24,7 +24,7 @@ from toolops.runtime.mcp_definitions import definition_diff
 
 from .models import ApiToken, Capability, Grant, GrantChange, PersonalToken, Subject, Tenant, ToolSpec, UpstreamTool
 from .upstream import (
-    UpstreamUnavailable, upstream_confirm_class, upstream_import, upstream_new_version, upstream_refresh,
+    UpstreamUnavailable, upstream_confirm_class, upstream_import, upstream_new_version, upstream_refresh_enqueue,
 )
 from .services import (
     api_token_issue, api_token_revoke, grant_create, personal_token_revoke, grant_revoke, grant_set_expiry, grant_tenants_for_user,
@@ -712,6 +712,13 @@ class UpstreamToolAdmin(admin.ModelAdmin):
 
     @admin.action(description="Refresh these servers' definitions now", permissions=["change"])
     def refresh_now(self, request, queryset):
-        for url in sorted(set(queryset.values_list("server_url", flat=True))):
-            counts = upstream_refresh(server_url=url)
-            self.message_user(request, f"{url}: {counts}")
+        # Queued, not run here: each listing may take up to 10 s, longer than a request should.
+        urls = sorted(set(queryset.values_list("server_url", flat=True)))
+        try:
+            upstream_refresh_enqueue(server_urls=urls)
+        except UpstreamUnavailable as exc:
+            self.message_user(request, f"{exc} The periodic refresh will still run.", messages.ERROR)
+            return
+        self.message_user(request, f"Refresh of {len(urls)} server{'s' if len(urls) != 1 else ''} queued "
+                                   f"({', '.join(urls)}): reload this page in a few seconds; "
+                                   "\"checked at\" moves when a worker has listed it.")

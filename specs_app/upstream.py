@@ -31,6 +31,7 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from toolops import egress_net, mcp_client
+from toolops.celery import BROKER_ERRORS, app as celery_app
 from toolops.db_batch import execute_one, select_rows
 from toolops.runtime.egress import EgressRefused
 from toolops.runtime.mcp_definitions import (
@@ -45,6 +46,7 @@ from .services import toolspec_check_owner
 
 logger = logging.getLogger(__name__)
 
+REFRESH_TASK = "specs.upstream_refresh"  # the beat's, and "refresh now"
 LIST_TIMEOUT_SECONDS = 10.0
 LIST_MAX_BYTES = 4 << 20
 DEFAULT_RESPONSE_CAP = 1 << 20
@@ -283,6 +285,17 @@ def upstream_refresh(*, server_url: str | None = None, now=None) -> dict[str, in
                     checked_at=now)
                 counts["unreachable"] += 1
     return counts
+
+
+def upstream_refresh_enqueue(*, server_urls: list[str]) -> None:
+    """Ask a worker to refresh these servers now (the admin's "refresh now"). Listing a server can
+    take up to ``LIST_TIMEOUT_SECONDS``, too long to hold a web request for; the result shows on
+    the rows (checked at, state, check error) once a worker has run it. ``UpstreamUnavailable``
+    when the broker cannot take the message (the beat's refresh still comes)."""
+    try:
+        celery_app.signature(REFRESH_TASK, kwargs={"server_urls": sorted(set(server_urls))}).apply_async()
+    except BROKER_ERRORS as exc:
+        raise UpstreamUnavailable(f"the task queue is unreachable ({type(exc).__name__}): nothing was queued") from None
 
 
 def upstream_observe(*, upstream: UpstreamTool, observed: dict | None, now=None) -> str:

@@ -4,6 +4,8 @@
   test can take it away and bring it back on the same port;
 * ``private_postgres()`` — a PostgreSQL cluster of its own (initdb in a temporary folder, the
   machine's PostgreSQL 15 binaries), with ``stop()``/``start()`` likewise;
+* ``broker_on_private_redis`` (a fixture; import it into the test module) — the Celery app and
+  the shared cache moved onto a ``private_redis()`` for one test, so it can stop the broker;
 * ``gunicorn_server(env)`` — the production web process (``toolops.gunicorn_conf``) on a free
   port, with the given environment on top of this one.
 """
@@ -19,9 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 import requests
 
 from tests.conftest import REPO_ROOT, require
+from toolops.celery import app as celery_app
 
 
 def free_port() -> int:
@@ -178,3 +182,23 @@ def private_postgres():
         with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
             server.stop()
         shutil.rmtree(server.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def broker_on_private_redis(settings):
+    """The Celery app and the shared (throttle) cache use a private Redis this test can stop."""
+    with private_redis() as redis_server:
+        keys = ("broker_url", "broker_read_url", "broker_write_url")
+        saved = {k: celery_app.conf[k] for k in keys}
+        celery_app.conf.update({k: redis_server.url for k in keys})
+        celery_app._pool = None  # drop connections and producers made for the previous broker
+        celery_app.amqp._producer_pool = None
+        settings.CACHES = {**settings.CACHES, "shared": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis_server.url,
+            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}}
+        try:
+            yield redis_server
+        finally:
+            celery_app.conf.update(saved)
+            celery_app._pool = None
+            celery_app.amqp._producer_pool = None

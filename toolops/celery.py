@@ -12,6 +12,7 @@ from celery import Celery
 from celery.signals import after_setup_logger, after_setup_task_logger, task_postrun, task_prerun, worker_init
 from django.conf import settings
 from django.db import close_old_connections
+from kombu.exceptions import OperationalError as BrokerOperationalError
 from kombu.transport import redis as kombu_redis
 import redis
 
@@ -27,6 +28,9 @@ app.autodiscover_tasks()
 app.set_default()
 
 logger = logging.getLogger(__name__)
+
+# What a failed publish raises: kombu's wrapper, or the client's own error on the way there.
+BROKER_ERRORS = (BrokerOperationalError, redis.exceptions.RedisError, OSError)
 
 
 def _restore_unacked_unless_collected(restore_unacked):

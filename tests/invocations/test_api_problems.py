@@ -30,8 +30,7 @@ from invocations_app.models import Invocation
 from specs_app.demo import load_demo
 from specs_app.models import Subject
 from tests.conftest import REPO_ROOT, require_postgres
-from tests.servers import free_port, gunicorn_server, private_postgres, private_redis
-from toolops.celery import app as celery_app
+from tests.servers import broker_on_private_redis, free_port, gunicorn_server, private_postgres, private_redis  # noqa: F401 - a fixture
 
 GOOD_ARGS = '{"city": "Paris", "date": "2026-07-20"}'
 
@@ -114,26 +113,6 @@ def test_the_schema_and_the_docs_keep_their_own_content_types(client):
 
 
 # --------------------------------------------------------------------------- broker outage
-
-
-@pytest.fixture
-def broker_on_private_redis(settings):
-    """The Celery app and the shared (throttle) cache use a private Redis this test can stop."""
-    with private_redis() as redis_server:
-        keys = ("broker_url", "broker_read_url", "broker_write_url")
-        saved = {k: celery_app.conf[k] for k in keys}
-        celery_app.conf.update({k: redis_server.url for k in keys})
-        celery_app._pool = None  # drop connections and producers made for the previous broker
-        celery_app.amqp._producer_pool = None
-        settings.CACHES = {**settings.CACHES, "shared": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis_server.url,
-            "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}}
-        try:
-            yield redis_server
-        finally:
-            celery_app.conf.update(saved)
-            celery_app._pool = None
-            celery_app.amqp._producer_pool = None
 
 
 @pytest.mark.django_db(transaction=True)
