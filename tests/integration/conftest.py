@@ -69,7 +69,8 @@ class Worker:
     """
 
     # What the beat of CELERY_BEAT_SCHEDULE sends (toolops/settings.py).
-    BEAT_TASKS = ("invocations.enqueue_due", "invocations.reconcile", "invocations.confirmations_expire_due", "webhooks.deliver_due")
+    BEAT_TASKS = ("invocations.enqueue_due", "invocations.reconcile", "invocations.confirmations_expire_due", "webhooks.deliver_due",
+                  "specs.upstream_refresh")
 
     def __init__(self, env: dict, log_path: Path):
         self.env, self.log_path, self.proc, self.log, self.offset = env, log_path, None, None, 0

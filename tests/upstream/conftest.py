@@ -45,6 +45,10 @@ class NotesUpstream:
     def calls(self, tool: str | None = None) -> list[dict]:
         return [r for r in self.requests_log() if r["method"] == "tools/call" and (tool is None or r["tool"] == tool)]
 
+    def wire(self) -> list[dict]:
+        """Every HTTP request to /mcp as it arrived (before the credential check), refused ones too."""
+        return requests.get(f"{self.base}/_control/wire", timeout=5).json()["wire"]
+
     def notes(self) -> list[dict]:
         return requests.get(f"{self.base}/_control/notes", timeout=5).json()["notes"]
 

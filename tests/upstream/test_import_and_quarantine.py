@@ -129,11 +129,11 @@ def test_a_call_to_a_quarantined_tool_is_refused_at_admission_and_nothing_is_sen
     _, agent = _agent_with_grants(specs)
     notes.redefine("notes.search", description="changed under our feet")
     upstream_refresh()
-    before = len(notes.requests_log())
+    before = len(notes.wire())
     inv = _propose(agent, specs["notes.search"].ref, {"query": "x"})
     assert inv["state"] == "AUTHORIZATION_REJECTED"
     assert inv["error"]["code"] == "tool_quarantined"
-    assert notes.calls() == [] and len(notes.requests_log()) == before
+    assert notes.calls() == [] and len(notes.wire()) == before  # not even a session was opened
 
 
 def test_an_admin_publishes_a_new_version_from_the_changed_definition(notes):

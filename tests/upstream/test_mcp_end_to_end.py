@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 from invocations_app.models import Attempt, Confirmation, Event, Invocation, ResultBody, ToolMessage
 from tests.browser.conftest import browser, login, page  # noqa: F401 - fixtures used here
 from tests.builders import allow_approving, make_staff
-from tests.integration.conftest import wait_for
+from tests.integration.conftest import remote_key_of, wait_for
 from tests.mcp.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
 from tests.mcp.test_mcp_tasks import DetailedTask, TaskHandle, TaskParams, Tasks, TasksGet
 from toolops.runtime.tool_messages import wrap_untrusted_inline
@@ -144,7 +144,12 @@ def test_a_dropped_write_through_the_front_door_is_reconciled_to_exactly_one_not
     assert str(invocation.pk) == invocation_id
     kinds = list(Event.objects.filter(invocation=invocation).values_list("kind", flat=True))
     assert "outcome_unknown" in kinds and "reconciliation_lookup" in kinds, kinds
-    assert governed.notes.calls("notes.find_by_key")
+    # The upstream got the tenant-derived key, never the client's raw one, and the lookup asked for it.
+    [sent] = governed.notes.calls("notes.create")
+    derived = remote_key_of(invocation.pk)
+    assert sent["meta"]["dev.toolops/idempotencyKey"] == derived and "groceries-2026-12-01" not in dumps(sent)
+    lookups = governed.notes.calls("notes.find_by_key")
+    assert lookups and all(c["arguments"] == {"idempotency_key": derived} for c in lookups)
 
     async def status_and_reissue():
         async with mcp_client(mcp_server, governed.token, mode="2026-07-28") as client:
@@ -166,9 +171,11 @@ def test_a_dropped_write_through_the_front_door_is_reconciled_to_exactly_one_not
 def _assert_no_credential_leaks(governed, mcp_server, client_answers: list[dict]) -> None:
     """The upstream saw only ToolOps' credential (never the agent's token); nothing the client
     received, ToolOps recorded or any process logged holds the upstream credential."""
-    log = governed.notes.requests_log()
-    assert log and all(r["headers"].get("authorization") == f"Bearer {NOTES_SECRET}" for r in log)
-    assert governed.token not in dumps(log)
+    # Every HTTP request that reached it (before its credential check: initialize, DELETE, refused
+    # ones included) carried ToolOps' credential and nothing of the agent's.
+    wire = governed.notes.wire()
+    assert wire and all(w["headers"].get("authorization") == f"Bearer {NOTES_SECRET}" and not w["refused"] for w in wire)
+    assert governed.token not in dumps(wire) and governed.token not in dumps(governed.notes.requests_log())
     assert NOTES_SECRET not in dumps(client_answers)
     recorded = dumps([
         list(Event.objects.values()), list(ToolMessage.objects.values()), list(Attempt.objects.values()),
