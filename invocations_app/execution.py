@@ -353,7 +353,7 @@ def _execute_safely(invocation: Invocation, attempt: Attempt, ctx) -> ExecutionO
         return executors.execute(config=invocation.tool_spec.executor or {}, arguments=invocation.normalized_arguments, ctx=ctx)
     except Exception as exc:  # noqa: BLE001 - an executor bug must still end the attempt honestly
         logger.exception("executor raised")
-        unknown = invocation.tool_spec.side_effect_class != "read_only"
+        unknown = ctx.side_effect_class != "read_only"
         return ExecutionOutcome(
             commit=Commit.UNKNOWN if unknown else Commit.NOT_APPLICABLE, failure_class="timeout_unknown",
             error={"code": "executor_error", "message": type(exc).__name__},
@@ -548,9 +548,12 @@ def recover_abandoned(*, invocation: Invocation, attempt: Attempt) -> Invocation
 
     Never sent → nothing happened, retry. Sent → the tool may have acted: a read is simply
     retried; any write becomes OUTCOME_UNKNOWN (write_idempotent is then reconciled by
-    lookup; write_unsafe waits for a human) — never a blind second call.
+    lookup; write_unsafe waits for a human) — never a blind second call. An imported tool's
+    unconfirmed read-only claim counts as a write here (``executors.attempts_are_reads``).
     """
-    if attempt.sent_at is None or invocation.tool_spec.side_effect_class == "read_only":
+    spec = invocation.tool_spec
+    if attempt.sent_at is None or executors.attempts_are_reads(config=spec.executor or {}, tool_ref=invocation.tool_ref,
+                                                               side_effect_class=spec.side_effect_class):
         if not _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"abandoned": True}):
             return invocation  # another recoverer (redelivery or beat) got here first
         event_append(invocation=invocation, kind="attempt_abandoned", data={"attempt": attempt.number, "sent": bool(attempt.sent_at)})

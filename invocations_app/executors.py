@@ -106,6 +106,15 @@ def execute(*, config: dict, arguments: Any, ctx: AttemptContext) -> ExecutionOu
     )
 
 
+def attempts_are_reads(*, config: dict, tool_ref: str, side_effect_class: str) -> bool:
+    """Whether an attempt of this tool was sent as a read, so that one whose worker died may
+    simply be sent again. An imported MCP tool's read-only class counts only once an admin
+    confirmed it (``mcp_upstream.sent_as_read``)."""
+    if config.get("kind") == "mcp":
+        return mcp_upstream.sent_as_read(tool_ref=tool_ref, side_effect_class=side_effect_class)
+    return side_effect_class == "read_only"
+
+
 def lookup(*, config: dict, arguments: Any, ctx: AttemptContext) -> LookupOutcome:
     """Ask the tool whether the effect exists (reconciliation). Unknown when it cannot tell."""
     spec = config.get("lookup")

@@ -34,6 +34,7 @@ Rules, the same as for the HTTP executor:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from typing import Any
@@ -41,7 +42,9 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from specs_app.upstream import credential_headers, upstream_drift_seen, upstream_state_for_ref
+from specs_app.upstream import (
+    UpstreamWatch, credential_headers, runs_as_write, upstream_drift_seen, upstream_watch_for_ref,
+)
 from toolops import egress_net, mcp_client
 from toolops.runtime.egress import EgressRefused
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
@@ -77,19 +80,33 @@ def _refused(ctx, code: str, message: str, detail: dict | None = None) -> Execut
                             error={"code": code, "message": message}, detail=detail or {})
 
 
-def quarantine_refusal(ctx) -> ExecutionOutcome | None:
+def attempt_watch(ctx) -> UpstreamWatch | None:
+    """The tool's watch row, read afresh for this attempt; None for an inline read, whose gates
+    admission checked moments ago in this thread (``gates_checked_at_admission``)."""
+    if ctx.gates_checked_at_admission:
+        return None
+    name, version = parse_tool_ref(ctx.tool_ref)
+    return upstream_watch_for_ref(name=name, version=version)
+
+
+def quarantine_refusal(ctx, watch: UpstreamWatch | None) -> ExecutionOutcome | None:
     """Refuse a quarantined tool before anything is sent (admission refused it too; this catches
     a quarantine that happened while the call waited for a person or a retry, so an inline read
     that admission claimed moments ago skips it and relies on admission's fresh read of the
     watch row, plus the live pin check when that is due)."""
-    if ctx.gates_checked_at_admission:
-        return None
-    name, version = parse_tool_ref(ctx.tool_ref)
-    state = upstream_state_for_ref(name=name, version=version)
-    if state in QUARANTINED:
-        return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref} is quarantined: its upstream definition {state}",
-                        {"watch_state": state})
+    if watch is not None and watch.state in QUARANTINED:
+        return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref} is quarantined: its upstream definition {watch.state}",
+                        {"watch_state": watch.state})
     return None
+
+
+def sent_as_read(*, tool_ref: str, side_effect_class: str) -> bool:
+    """Whether this imported tool's attempts go out as reads (``execute_mcp``): its class is
+    read_only and an admin confirmed it. Recovery asks before it re-sends an abandoned attempt."""
+    if side_effect_class != "read_only":
+        return False
+    name, version = parse_tool_ref(tool_ref)
+    return not runs_as_write(side_effect_class=side_effect_class, watch=upstream_watch_for_ref(name=name, version=version))
 
 
 def egress_pin(config: dict, ctx, openers: frozenset) -> mcp_client.Pin:
@@ -103,9 +120,14 @@ def response_cap(config: dict, ctx) -> int:
 
 def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = frozenset()) -> ExecutionOutcome:
     """One attempt; ``openers``: the operator's allow-listed (address, port) pairs."""
-    refusal = quarantine_refusal(ctx)
+    watch = attempt_watch(ctx)
+    refusal = quarantine_refusal(ctx, watch)
     if refusal is not None:
         return refusal
+    disguised = not ctx.gates_checked_at_admission and runs_as_write(side_effect_class=ctx.side_effect_class, watch=watch)
+    if disguised:
+        # A read-only claim nobody confirmed (a person approved this call): sent and judged as a write.
+        ctx = dataclasses.replace(ctx, side_effect_class="write_unsafe")
     try:
         headers = credential_headers(config.get("credential") or "")
     except ValidationError as exc:
@@ -118,7 +140,9 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
         return ExecutionOutcome(commit=_not_committed(ctx), failure_class="not_reached",
                                 error={"code": "not_reached", "message": exc.message})
     write = ctx.side_effect_class != "read_only"
-    meta = upstream_meta(idempotency_key=remote_idempotency_key(ctx) if write else None, traceparent=ctx.traceparent)
+    # Admitted as a read, a disguised write may have no key of its own: it then goes without one.
+    key = (ctx.remote_key or None) if disguised else remote_idempotency_key(ctx) if write else None
+    meta = upstream_meta(idempotency_key=key, traceparent=ctx.traceparent)
     try:
         result = mcp_client.call_tool(
             url=config["url"], headers=headers, name=config["tool"],

@@ -399,17 +399,34 @@ def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
     return UpstreamGate(quarantined=state in QUARANTINED, state=state, needs_human=class_confirmed != spec.side_effect_class)
 
 
-def upstream_state_for_ref(*, name: str, version: int) -> str | None:
-    """The watch state of an imported tool version in one indexed read; None when not imported.
+@dataclass(frozen=True)
+class UpstreamWatch:
+    """An imported tool version's watch, as an attempt needs it."""
+
+    state: str
+    class_confirmed: str  # the side-effect class an admin confirmed ("" when nobody did)
+
+
+def upstream_watch_for_ref(*, name: str, version: int) -> UpstreamWatch | None:
+    """The watch of an imported tool version in one indexed read; None when not imported.
     Every MCP-executor attempt asks, so it is a lean prepared statement (``toolops.db_batch``),
     not a queryset built per call."""
     conn = connections[DEFAULT_DB_ALIAS]
     quote = conn.ops.quote_name
     rows = execute_one(
-        f"SELECT u.{quote('state')} FROM {quote(UpstreamTool._meta.db_table)} u "
+        f"SELECT u.{quote('state')}, u.{quote('class_confirmed')} FROM {quote(UpstreamTool._meta.db_table)} u "
         f"JOIN {quote(ToolSpec._meta.db_table)} t ON u.{quote('tool_spec_id')} = t.{quote('id')} "
         f"WHERE t.{quote('name')} = %s AND t.{quote('version')} = %s LIMIT 1", [name, int(version)])
-    return rows[0][0] if rows else None
+    return UpstreamWatch(state=rows[0][0], class_confirmed=rows[0][1]) if rows else None
+
+
+def runs_as_write(*, side_effect_class: str, watch: UpstreamWatch | None) -> bool:
+    """True for an imported tool (executor ``mcp``) whose read-only class is only the upstream's
+    claim: no admin confirmed it, or nothing watches the spec. Its calls already wait for a
+    person (``upstream_gate``); once approved they are executed as ``write_unsafe`` — a lost or
+    unusable answer is OUTCOME_UNKNOWN for a person to settle, never a blind re-send of what
+    may be a write in disguise."""
+    return side_effect_class == "read_only" and (watch is None or watch.class_confirmed != side_effect_class)
 
 
 def upstream_alerts(*, limit: int = 50, tenants: frozenset[int] | None = None) -> tuple[list[UpstreamTool], list[UpstreamTool]]:

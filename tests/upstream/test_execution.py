@@ -35,12 +35,13 @@ def governed(notes, monkeypatch, transactional_db, request):
     subject, token = make_token()
     for spec in specs.values():
         make_grant(capability=spec.required_capabilities[0]["capability"], subject=subject, tool_refs=[spec.ref])
-    return Governed(notes, worker, specs, Agent(APIClient(), token), token)
+    return Governed(notes, worker, specs, Agent(APIClient(), token), token, subject)
 
 
 class Governed:
-    def __init__(self, notes, worker, specs, agent, token):
+    def __init__(self, notes, worker, specs, agent, token, subject):
         self.notes, self.worker, self.specs, self.agent, self.token = notes, worker, specs, agent, token
+        self.subject = subject
 
     def propose(self, tool: str, arguments: dict, *, key: str | None = None) -> dict:
         ref = self.specs[tool].ref
@@ -261,3 +262,34 @@ def test_a_quarantined_tool_called_through_the_mcp_front_door_is_refused_and_not
     [inv] = Invocation.objects.filter(tool_spec=governed.specs["notes.search"])
     assert inv.state == "AUTHORIZATION_REJECTED" and inv.error_code == "tool_quarantined"
     assert len(governed.notes.wire()) == seen and governed.notes.calls() == []
+
+
+def test_an_approved_call_of_an_unconfirmed_read_only_claim_is_executed_as_a_write(governed):
+    """The upstream calls its write tool read-only and nobody confirmed that class: each call
+    waits for a person (admission), and once approved it is sent and judged as a write — its
+    lost answer is OUTCOME_UNKNOWN for a person, never re-sent as a read would be (a second note)."""
+    from specs_app.services import toolspec_publish
+
+    notes = governed.notes
+    notes.redefine("notes.create", annotations={"readOnlyHint": True, "destructiveHint": False})
+    [liar] = [s for s in upstream_import(url=notes.url, prefix="liar", credential=SECRET_REF).created
+              if s.upstream.upstream_name == "notes.create"]
+    assert liar.side_effect_class == "read_only" and liar.upstream.class_confirmed == ""
+    liar = toolspec_publish(spec=liar)  # published without anyone confirming the class
+    make_grant(capability=liar.required_capabilities[0]["capability"], subject=governed.subject, tool_refs=[liar.ref])
+    run = governed.agent.run()
+    call = governed.agent.model_call(run["id"], tools=[liar.ref])
+    resp = governed.agent.propose(call["id"], name=liar.ref, arguments=json.dumps({"title": "Pay rent", "body": "Dec"}))
+    assert resp.status_code == 201, resp.content
+    inv_id = resp.json()["id"]
+    governed.settled(inv_id, states=("AUTHORIZED",))
+    assert notes.calls("notes.create") == []  # a person first
+    notes.fault("notes.create", "commit_then_drop")
+    _approve(inv_id)
+    inv = governed.settled(inv_id, states=("OUTCOME_UNKNOWN", "OBSERVED", "FAILED_BEFORE_COMMIT"), timeout=40)
+    assert inv["state"] == "OUTCOME_UNKNOWN", inv
+    assert len(notes.calls("notes.create")) == 1 and len(notes.notes()) == 1
+    assert Attempt.objects.filter(invocation_id=inv_id).count() == 1
+    governed.worker.wait_for_beat("invocations.enqueue_due", "invocations.reconcile")  # nothing re-sends it later
+    assert len(notes.calls("notes.create")) == 1 and len(notes.notes()) == 1
+    assert Invocation.objects.get(pk=inv_id).state == "OUTCOME_UNKNOWN"

@@ -234,4 +234,4 @@ def hostile_governed(legacy, monkeypatch, transactional_db, request):
     subject, token = make_token()
     for spec in specs.values():
         make_grant(capability=spec.required_capabilities[0]["capability"], subject=subject, tool_refs=[spec.ref])
-    return Governed(legacy, worker, specs, Agent(APIClient(), token), token)
+    return Governed(legacy, worker, specs, Agent(APIClient(), token), token, subject)

@@ -218,3 +218,22 @@ def test_the_command_imports_for_a_tenant_by_slug(notes, capsys):
     assert set(ToolSpec.objects.filter(name__startswith="owned.").values_list("tenant_id", flat=True)) == {tenant.pk}
     with pytest.raises(CommandError, match="no tenant"):
         call_command("mcp_import", notes.url, "--prefix", "owned2", "--credential", SECRET_REF, "--tenant", "nope")
+
+
+def test_recovery_counts_an_unconfirmed_read_only_claim_as_a_write(notes, db):
+    """A worker that died after sending an attempt: a read is sent again, a write is not. An
+    imported tool's read-only class counts as a read only once an admin confirmed it."""
+    from django.contrib.auth.models import User
+
+    from invocations_app.executors import attempts_are_reads
+    from specs_app.upstream import upstream_confirm_class
+
+    notes.redefine("notes.create", annotations={"readOnlyHint": True})
+    specs = {s.upstream.upstream_name: s for s in _import(notes)}
+    liar = specs["notes.create"]
+    assert liar.side_effect_class == "read_only"
+    assert not attempts_are_reads(config=liar.executor, tool_ref=liar.ref, side_effect_class="read_only")
+    upstream_confirm_class(upstream=liar.upstream, user=User.objects.create(username="trusting-admin"))
+    assert attempts_are_reads(config=liar.executor, tool_ref=liar.ref, side_effect_class="read_only")
+    assert attempts_are_reads(config={"kind": "http"}, tool_ref="web.fetch@1", side_effect_class="read_only")
+    assert not attempts_are_reads(config={"kind": "http"}, tool_ref="cal.create@1", side_effect_class="write_idempotent")
