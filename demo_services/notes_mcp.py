@@ -55,6 +55,7 @@ from starlette.routing import Route
 IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
 FAULTS = ("delay", "error", "commit_then_drop", "flood", "echo")
 FLOOD_CHUNK = b"A" * 65536
+MAX_REQUEST_BYTES = 4 << 20
 
 _NOTE = {
     "type": "object",
@@ -120,7 +121,7 @@ class NotesState:
         self.ids = itertools.count(1)
         self.faults: dict[str, deque] = {}
         self.definitions = copy.deepcopy(BASE_DEFINITIONS)
-        self.requests: list[dict] = []
+        self.requests: deque[dict] = deque(maxlen=10_000)
         self.wire: deque[dict] = deque(maxlen=10_000)  # a demo left running must not grow without end
         self.drop_request_ids: set[str] = set()
         self.flood_request_ids: dict[str, int] = {}  # request id → bytes to stream instead of the answer
@@ -238,7 +239,10 @@ class _DropAndAuth:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or []}
         refused = bool(self.required_token) and headers.get("authorization", "") != f"Bearer {self.required_token}"
         with self.state.lock:
-            self.state.wire.append({"http_method": scope.get("method"), "rpc": rpc, "headers": headers, "refused": refused})
+            self.state.wire.append({"http_method": scope.get("method"), "rpc": rpc or ["(too large)"], "headers": headers,
+                                    "refused": refused or rpc is None})
+        if rpc is None:
+            return await JSONResponse({"error": "request body too large"}, status_code=413)(scope, receive, send)
         if refused:
             response = JSONResponse({"error": "unauthorized"}, status_code=401)
             return await response(scope, receive, send)
@@ -265,15 +269,18 @@ class _DropAndAuth:
     @staticmethod
     async def _read_rpc(scope, receive):
         """The request's JSON-RPC method(s), for the wire log, and a ``receive`` that hands the
-        app the body it had to read for them."""
+        app the body it had to read for them; None for a body over ``MAX_REQUEST_BYTES``."""
         if scope.get("method") != "POST":
             return receive, []
-        chunks, more = [], True
+        chunks, more, size = [], True, 0
         while more:
             message = await receive()
             if message["type"] != "http.request":
                 break
             chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > MAX_REQUEST_BYTES:  # read before the credential check: bounded for anyone
+                return receive, None
             more = message.get("more_body", False)
         body = b"".join(chunks)
         try:

@@ -279,9 +279,11 @@ def record_admission(
         trace_id=trace_id, span_id=new_span_id(), edited_from=edited_from, **fields,
     )
     released = bool(auth and not auth.denied and not auth.needs_human)
-    # A read the caller runs itself has its first attempt claimed in this same round trip.
+    # A read the caller runs itself has its first attempt claimed in this same round trip; a
+    # read-only claim nobody confirmed is no read to run so (the worker sends it as a write).
     claim = (claim_with_admission(invocation, now=timezone.now())
-             if released and executes_reads_itself and spec.side_effect_class == "read_only" else None)
+             if released and executes_reads_itself and spec.side_effect_class == "read_only"
+             and not auth.class_unconfirmed else None)
     rows = [[proposal], [invocation], _chain_events(invocation, steps, proposal_span) + (claim.events if claim else [])]
     if invocation.state in TERMINAL:  # rejected: its tool messages are written with it, never by a read
         rows += ending_message_rows(invocation, error_code=invocation.error_code, error_message=invocation.error_message)

@@ -50,6 +50,9 @@ class AuthOutcome:
     # The pending confirmation's quorum and escalation (``confirmation_row`` keywords).
     confirmation_fields: dict = field(default_factory=dict)
     standing: StandingUse | None = None  # the standing approval that stands in for a person
+    # An imported tool's class is only the upstream's claim (no admin confirmed it): even released
+    # (a standing approval), such a call is never run inline as a read (``admission``).
+    class_unconfirmed: bool = False
 
     def release_reservations(self) -> None:
         """Give the counted units back (the call was not recorded after all, e.g. a lost race)."""
@@ -140,7 +143,7 @@ def authorization_decide(
         reservations=tuple(
             (counter, g, run_id, invocation_id, amounts.get(g.capability) or 0) for g in decision.used_grants if _counting(g)
         ),
-        confirmation_fields=fields, standing=standing,
+        confirmation_fields=fields, standing=standing, class_unconfirmed=unconfirmed,
     )
 
 

@@ -263,7 +263,7 @@ def execution_run(*, invocation: Invocation, attempt: Attempt, gates_checked_at_
         logger.info("attempt %s of %s sent", attempt.number, invocation.tool_ref)
         outcome = _execute_safely(invocation, attempt, ctx)
         logger.info("attempt %s ended: commit=%s failure=%s", attempt.number, outcome.commit, outcome.failure_class)
-        return execution_record(invocation=invocation, attempt=attempt, outcome=outcome)
+        return execution_record(invocation=invocation, attempt=attempt, outcome=outcome, sent_as=ctx.side_effect_class)
 
 
 def attempt_context(invocation: Invocation, *, number: int, span_id: str, remote_key: str,
@@ -274,9 +274,15 @@ def attempt_context(invocation: Invocation, *, number: int, span_id: str, remote
     if invocation.deadline:
         timeout = max(0.0, min(timeout, (invocation.deadline - timezone.now()).total_seconds()))
     policy = result_policy(invocation)
+    spec = invocation.tool_spec
+    if gates_checked_at_admission:  # admission's fresh gates: the spec's class is confirmed
+        sent_as, watch = spec.side_effect_class, executors.WATCH_NOT_READ
+    else:
+        sent_as, watch = executors.attempt_class(config=spec.executor or {}, tool_ref=invocation.tool_ref,
+                                                 side_effect_class=spec.side_effect_class)
     return executors.AttemptContext(
         invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
-        side_effect_class=invocation.tool_spec.side_effect_class, attempt=number,
+        side_effect_class=sent_as, upstream_watch=watch, attempt=number,
         idempotency_key=invocation.idempotency_key, traceparent=f"00-{invocation.trace_id}-{span_id}-01",
         timeout_seconds=timeout, remote_key=remote_key, egress_grants=grants_for_egress(invocation.authorization),
         max_response_bytes=policy.max_response_bytes, oversize=policy.oversize, deadline=time.monotonic() + timeout,
@@ -435,18 +441,19 @@ def _attempt_closing(
     }, unless_set="ended_at", then=closed)
 
 
-def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
+def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome,
+                     sent_as: str | None = None) -> Invocation:
     """Record one attempt's outcome by transition (or by scheduling the next attempt).
 
     Closing the attempt and the resulting transitions commit together: one commit per attempt
     outcome, and no window in which an attempt is closed but its outcome unrecorded.
+    ``sent_as``: the class the attempt ran under (``attempt_context``), which its retry follows.
     """
     with transaction.atomic():
-        return _record(invocation, attempt, outcome)
+        return _record(invocation, attempt, outcome, sent_as or invocation.tool_spec.side_effect_class)
 
 
-def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome) -> Invocation:
-    side_effect = invocation.tool_spec.side_effect_class
+def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome, side_effect: str) -> Invocation:
     if outcome.external_resource_id is not None:  # a column of its own: kept as redacted as the rest
         outcome = replace(outcome, external_resource_id=redacted(invocation, outcome.external_resource_id))
     record = redacted(invocation, outcome.to_dict())  # tools may echo credentials back
@@ -549,11 +556,12 @@ def recover_abandoned(*, invocation: Invocation, attempt: Attempt) -> Invocation
     Never sent → nothing happened, retry. Sent → the tool may have acted: a read is simply
     retried; any write becomes OUTCOME_UNKNOWN (write_idempotent is then reconciled by
     lookup; write_unsafe waits for a human) — never a blind second call. An imported tool's
-    unconfirmed read-only claim counts as a write here (``executors.attempts_are_reads``).
+    unconfirmed read-only claim counts as a write here (``executors.attempt_class``).
     """
     spec = invocation.tool_spec
-    if attempt.sent_at is None or executors.attempts_are_reads(config=spec.executor or {}, tool_ref=invocation.tool_ref,
-                                                               side_effect_class=spec.side_effect_class):
+    sent_as, _ = executors.attempt_class(config=spec.executor or {}, tool_ref=invocation.tool_ref,
+                                         side_effect_class=spec.side_effect_class)
+    if attempt.sent_at is None or sent_as == "read_only":
         if not _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"abandoned": True}):
             return invocation  # another recoverer (redelivery or beat) got here first
         event_append(invocation=invocation, kind="attempt_abandoned", data={"attempt": attempt.number, "sent": bool(attempt.sent_at)})

@@ -80,11 +80,27 @@ def _refused(ctx, code: str, message: str, detail: dict | None = None) -> Execut
                             error={"code": code, "message": message}, detail=detail or {})
 
 
+# ``AttemptContext.upstream_watch`` before anything read it (None means "not imported").
+WATCH_NOT_READ = object()
+
+
+def attempt_class(*, tool_ref: str, side_effect_class: str) -> tuple[str, UpstreamWatch | None]:
+    """The class an attempt of this imported tool runs under, and its watch row (one read):
+    ``write_unsafe`` for a read-only claim no admin confirmed (``runs_as_write``) — a person
+    approved the call, but its answer is judged as a write's, and it is never re-sent blindly."""
+    name, version = parse_tool_ref(tool_ref)
+    watch = upstream_watch_for_ref(name=name, version=version)
+    return ("write_unsafe" if runs_as_write(side_effect_class=side_effect_class, watch=watch) else side_effect_class), watch
+
+
 def attempt_watch(ctx) -> UpstreamWatch | None:
-    """The tool's watch row, read afresh for this attempt; None for an inline read, whose gates
-    admission checked moments ago in this thread (``gates_checked_at_admission``)."""
+    """The tool's watch row for this attempt: as ``attempt_class`` read it, else read now; None
+    for an inline read, whose gates admission checked moments ago in this thread
+    (``gates_checked_at_admission``: its class was confirmed, or it would have waited for a person)."""
     if ctx.gates_checked_at_admission:
         return None
+    if ctx.upstream_watch is not WATCH_NOT_READ:
+        return ctx.upstream_watch
     name, version = parse_tool_ref(ctx.tool_ref)
     return upstream_watch_for_ref(name=name, version=version)
 
@@ -98,15 +114,6 @@ def quarantine_refusal(ctx, watch: UpstreamWatch | None) -> ExecutionOutcome | N
         return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref} is quarantined: its upstream definition {watch.state}",
                         {"watch_state": watch.state})
     return None
-
-
-def sent_as_read(*, tool_ref: str, side_effect_class: str) -> bool:
-    """Whether this imported tool's attempts go out as reads (``execute_mcp``): its class is
-    read_only and an admin confirmed it. Recovery asks before it re-sends an abandoned attempt."""
-    if side_effect_class != "read_only":
-        return False
-    name, version = parse_tool_ref(tool_ref)
-    return not runs_as_write(side_effect_class=side_effect_class, watch=upstream_watch_for_ref(name=name, version=version))
 
 
 def egress_pin(config: dict, ctx, openers: frozenset) -> mcp_client.Pin:
@@ -124,9 +131,8 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
     refusal = quarantine_refusal(ctx, watch)
     if refusal is not None:
         return refusal
-    disguised = not ctx.gates_checked_at_admission and runs_as_write(side_effect_class=ctx.side_effect_class, watch=watch)
-    if disguised:
-        # A read-only claim nobody confirmed (a person approved this call): sent and judged as a write.
+    if not ctx.gates_checked_at_admission and runs_as_write(side_effect_class=ctx.side_effect_class, watch=watch):
+        # A read-only claim nobody confirmed, in a context not made by ``attempt_class``: a write.
         ctx = dataclasses.replace(ctx, side_effect_class="write_unsafe")
     try:
         headers = credential_headers(config.get("credential") or "")
@@ -140,9 +146,7 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
         return ExecutionOutcome(commit=_not_committed(ctx), failure_class="not_reached",
                                 error={"code": "not_reached", "message": exc.message})
     write = ctx.side_effect_class != "read_only"
-    # Admitted as a read, a disguised write may have no key of its own: it then goes without one.
-    key = (ctx.remote_key or None) if disguised else remote_idempotency_key(ctx) if write else None
-    meta = upstream_meta(idempotency_key=key, traceparent=ctx.traceparent)
+    meta = upstream_meta(idempotency_key=remote_idempotency_key(ctx) if write else None, traceparent=ctx.traceparent)
     try:
         result = mcp_client.call_tool(
             url=config["url"], headers=headers, name=config["tool"],

@@ -234,6 +234,8 @@ def imported_capability(*, name: str, operation_class: str, description: str) ->
     """
     first = Capability.objects.filter(name=name).first()
     wanted = name if first is None or first.operation_class == operation_class else f"{name}:{operation_class}"
+    if len(wanted) > Capability._meta.get_field("name").max_length:  # imported before names were checked for it
+        raise ValidationError(f"the capability name {wanted[:40]}… is too long: re-import under a shorter prefix")
     capability, _ = Capability.objects.get_or_create(
         name=wanted, defaults={"operation_class": operation_class, "description": description})
     if capability.operation_class != operation_class:  # made by hand under that name
@@ -353,8 +355,11 @@ def upstream_new_version(*, upstream: UpstreamTool, user=None) -> ToolSpec:
         capability = imported_capability(name=old.name, operation_class=proposal.operation_class,
                                          description=f"call {upstream.upstream_name} on {upstream.server_url} (imported)")
         # The imported capability follows the new class; one an admin added by hand stays.
-        required = [{**entry, "capability": capability.name} if entry.get("capability") in ours else entry
-                    for entry in old.required_capabilities or []]
+        required = []
+        for entry in old.required_capabilities or []:
+            entry = {**entry, "capability": capability.name} if entry.get("capability") in ours else entry
+            if entry not in required:  # NAME and NAME:CLASS both listed by hand become one
+                required.append(entry)
         top = ToolSpec.objects.select_for_update().filter(name=old.name).aggregate(v=Max("version"))["v"] or 0
         spec = ToolSpec(
             name=old.name, version=top + 1, status=ToolSpec.Status.DRAFT, tenant=old.tenant,

@@ -220,20 +220,61 @@ def test_the_command_imports_for_a_tenant_by_slug(notes, capsys):
         call_command("mcp_import", notes.url, "--prefix", "owned2", "--credential", SECRET_REF, "--tenant", "nope")
 
 
-def test_recovery_counts_an_unconfirmed_read_only_claim_as_a_write(notes, db):
+def test_an_unconfirmed_read_only_claim_is_sent_and_recovered_as_a_write(notes, db):
     """A worker that died after sending an attempt: a read is sent again, a write is not. An
     imported tool's read-only class counts as a read only once an admin confirmed it."""
     from django.contrib.auth.models import User
 
-    from invocations_app.executors import attempts_are_reads
+    from invocations_app.executors import attempt_class
     from specs_app.upstream import upstream_confirm_class
+
+    def sent_as(config, ref, cls):
+        return attempt_class(config=config, tool_ref=ref, side_effect_class=cls)[0]
 
     notes.redefine("notes.create", annotations={"readOnlyHint": True})
     specs = {s.upstream.upstream_name: s for s in _import(notes)}
     liar = specs["notes.create"]
     assert liar.side_effect_class == "read_only"
-    assert not attempts_are_reads(config=liar.executor, tool_ref=liar.ref, side_effect_class="read_only")
+    assert sent_as(liar.executor, liar.ref, "read_only") == "write_unsafe"
     upstream_confirm_class(upstream=liar.upstream, user=User.objects.create(username="trusting-admin"))
-    assert attempts_are_reads(config=liar.executor, tool_ref=liar.ref, side_effect_class="read_only")
-    assert attempts_are_reads(config={"kind": "http"}, tool_ref="web.fetch@1", side_effect_class="read_only")
-    assert not attempts_are_reads(config={"kind": "http"}, tool_ref="cal.create@1", side_effect_class="write_idempotent")
+    assert sent_as(liar.executor, liar.ref, "read_only") == "read_only"
+    assert sent_as({"kind": "http"}, "web.fetch@1", "read_only") == "read_only"
+    assert sent_as({"kind": "http"}, "cal.create@1", "write_idempotent") == "write_idempotent"
+    assert sent_as(specs["notes.delete"].executor, specs["notes.delete"].ref, "write_unsafe") == "write_unsafe"
+
+
+def test_a_standing_approval_does_not_make_an_unconfirmed_read_only_claim_an_inline_read(notes, db):
+    """A standing approval stands in for the person each call of an unconfirmed tool waits for,
+    not for the admin who never confirmed its class: the front door does not run such a call
+    inline as a read; the execution service (here in-process, as a worker runs it) sends it as a
+    write, so its dropped answer is OUTCOME_UNKNOWN with one note, not a re-read making a second."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from invocations_app import admission, runs
+    from invocations_app.execution import execution_claim, execution_run
+    from invocations_app.models import Attempt, Invocation, StandingApproval
+    from specs_app.services import toolspec_publish
+    from tests.builders import make_staff
+
+    notes.redefine("notes.create", annotations={"readOnlyHint": True, "destructiveHint": False})
+    liar = toolspec_publish(spec={s.upstream.upstream_name: s for s in _import(notes, prefix="liar")}["notes.create"])
+    subject, _ = make_token()
+    make_grant(capability=liar.required_capabilities[0]["capability"], subject=subject, tool_refs=[liar.ref])
+    run = runs.run_create(subject=subject, budgets={}, timezone_name="UTC", locale="en-US", metadata={}, trace=None)
+    call = runs.model_call_create(run=run, tool_refs=[liar.ref], fmt="mcp", context=[])
+    now = timezone.now()
+    StandingApproval.objects.create(run=run, tool_spec=liar, tenant=subject.tenant, granted_by=make_staff(username="boss"),
+                                    reason="this run may", created_at=now, expires_at=now + timedelta(minutes=30))
+    notes.fault("notes.create", "commit_then_drop")
+    inv, _ = admission.proposal_admit(model_call=call, subject=subject, proposal_id="c1", name=liar.ref,
+                                      arguments_bytes=json.dumps({"title": "Pay rent", "body": "Dec"}).encode(),
+                                      executes_reads_itself=True)
+    assert inv.authorization["decision"] == "allow" and inv.state == "AUTHORIZED"  # released, not claimed inline
+    assert not Attempt.objects.filter(invocation=inv).exists()
+    claimed, attempt = execution_claim(invocation_id=inv.pk)
+    execution_run(invocation=claimed, attempt=attempt)
+    assert Invocation.objects.get(pk=inv.pk).state == "OUTCOME_UNKNOWN"
+    assert len(notes.calls("notes.create")) == 1 and len(notes.notes()) == 1
+    assert execution_claim(invocation_id=inv.pk) is None  # nothing left to re-send

@@ -87,3 +87,23 @@ def test_a_name_too_long_for_its_capability_is_skipped_at_import_with_the_reason
     assert long_tool not in [s.upstream.upstream_name for s in report.created]
     assert "is longer than" in report.skipped[long_tool]
     assert not Capability.objects.filter(name__startswith=f"{prefix}.{long_tool[:20]}").exists()
+
+
+def test_a_class_capability_too_long_to_store_is_a_clear_refusal_not_a_database_error(db):
+    name = "t" * Capability._meta.get_field("name").max_length  # imported before names were checked for ":class"
+    Capability.objects.create(name=name, operation_class="read")
+    with pytest.raises(ValidationError, match="too long"):
+        imported_capability(name=name, operation_class="delete", description="x")
+    assert not Capability.objects.filter(operation_class="delete").exists()
+
+
+def test_the_imported_capability_listed_twice_by_hand_becomes_one(notes):
+    specs = upstream_import(url=notes.url, prefix="team", credential=SECRET_REF).created
+    search = next(s for s in specs if s.upstream.upstream_name == "notes.search")
+    search.required_capabilities = [{"capability": "team.notes.search"}, {"capability": "team.notes.search:delete"}]
+    search.save()
+    (v1,) = published([search]).values()
+    notes.redefine("notes.search", annotations={"readOnlyHint": False, "destructiveHint": True})
+    upstream_refresh()
+    draft = upstream_new_version(upstream=UpstreamTool.objects.get(tool_spec=v1))
+    assert draft.required_capabilities == [{"capability": "team.notes.search:delete"}]
