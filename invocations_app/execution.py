@@ -31,6 +31,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from specs_app.models import Tenant, ToolSpec
+from specs_app.upstream import UpstreamGate, upstream_gate
 from toolops.db_batch import (Counted, column_converters, convert_row, execute_counted, execute_one, insert_returning_keys,
                               update_by_pk, update_by_pk_counted)
 from toolops.runtime.deadlines import TimeoutPolicy
@@ -276,18 +277,26 @@ def attempt_context(invocation: Invocation, *, number: int, span_id: str, remote
     policy = result_policy(invocation)
     spec = invocation.tool_spec
     if gates_checked_at_admission:  # admission's fresh gates: the spec's class is confirmed
-        sent_as, watch = spec.side_effect_class, executors.WATCH_NOT_READ
+        sent_as, gate = spec.side_effect_class, None
     else:
-        sent_as, watch = executors.attempt_class(config=spec.executor or {}, tool_ref=invocation.tool_ref,
-                                                 side_effect_class=spec.side_effect_class)
+        sent_as, gate = attempt_class(spec)
     return executors.AttemptContext(
         invocation_id=str(invocation.pk), tool_ref=invocation.tool_ref,
-        side_effect_class=sent_as, upstream_watch=watch, attempt=number,
+        side_effect_class=sent_as, upstream_gate=gate, attempt=number,
         idempotency_key=invocation.idempotency_key, traceparent=f"00-{invocation.trace_id}-{span_id}-01",
         timeout_seconds=timeout, remote_key=remote_key, egress_grants=grants_for_egress(invocation.authorization),
         max_response_bytes=policy.max_response_bytes, oversize=policy.oversize, deadline=time.monotonic() + timeout,
         gates_checked_at_admission=gates_checked_at_admission,
     )
+
+
+def attempt_class(spec: ToolSpec) -> tuple[str, UpstreamGate | None]:
+    """The side-effect class an attempt of ``spec`` is sent and judged under, and the imported
+    tool's gate read to decide it (one read, handed to the executor with the context): the
+    spec's class, except an imported tool's read-only claim no admin confirmed
+    (``UpstreamGate.sent_as``)."""
+    gate = upstream_gate(spec=spec)  # None, without a query, for a tool not imported from MCP
+    return (gate.sent_as(spec.side_effect_class) if gate else spec.side_effect_class), gate
 
 
 class _LeaseKeeper:
@@ -441,8 +450,7 @@ def _attempt_closing(
     }, unless_set="ended_at", then=closed)
 
 
-def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome,
-                     sent_as: str | None = None) -> Invocation:
+def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome, sent_as: str) -> Invocation:
     """Record one attempt's outcome by transition (or by scheduling the next attempt).
 
     Closing the attempt and the resulting transitions commit together: one commit per attempt
@@ -450,7 +458,7 @@ def execution_record(*, invocation: Invocation, attempt: Attempt, outcome: Execu
     ``sent_as``: the class the attempt ran under (``attempt_context``), which its retry follows.
     """
     with transaction.atomic():
-        return _record(invocation, attempt, outcome, sent_as or invocation.tool_spec.side_effect_class)
+        return _record(invocation, attempt, outcome, sent_as)
 
 
 def _record(invocation: Invocation, attempt: Attempt, outcome: ExecutionOutcome, side_effect: str) -> Invocation:
@@ -556,12 +564,9 @@ def recover_abandoned(*, invocation: Invocation, attempt: Attempt) -> Invocation
     Never sent → nothing happened, retry. Sent → the tool may have acted: a read is simply
     retried; any write becomes OUTCOME_UNKNOWN (write_idempotent is then reconciled by
     lookup; write_unsafe waits for a human) — never a blind second call. An imported tool's
-    unconfirmed read-only claim counts as a write here (``executors.attempt_class``).
+    unconfirmed read-only claim counts as a write here (``attempt_class``).
     """
-    spec = invocation.tool_spec
-    sent_as, _ = executors.attempt_class(config=spec.executor or {}, tool_ref=invocation.tool_ref,
-                                         side_effect_class=spec.side_effect_class)
-    if attempt.sent_at is None or sent_as == "read_only":
+    if attempt.sent_at is None or attempt_class(invocation.tool_spec)[0] == "read_only":
         if not _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"abandoned": True}):
             return invocation  # another recoverer (redelivery or beat) got here first
         event_append(invocation=invocation, kind="attempt_abandoned", data={"attempt": attempt.number, "sent": bool(attempt.sent_at)})

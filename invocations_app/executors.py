@@ -54,9 +54,6 @@ _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)\}")
 _FIXED_ORIGIN = re.compile(r"^(\{base\}(/|$)|https?://[^{}/?#]+(/|$))", re.IGNORECASE)
 
 
-WATCH_NOT_READ = mcp_upstream.WATCH_NOT_READ
-
-
 @dataclass(frozen=True)
 class AttemptContext:
     invocation_id: str
@@ -77,9 +74,9 @@ class AttemptContext:
     # Admission checked the tool's gates (an imported tool's quarantine) moments ago in this
     # same thread (an inline read): the executor need not read them again.
     gates_checked_at_admission: bool = False
-    # An imported tool's watch row as read for this attempt (``attempt_class``); the executor
-    # reads it itself when it was not.
-    upstream_watch: Any = field(default=WATCH_NOT_READ, compare=False)
+    # An imported tool's gate (``specs_app.upstream.UpstreamGate``: quarantine, confirmed class)
+    # as ``execution.attempt_context`` read it for this attempt; None for other tools.
+    upstream_gate: Any = field(default=None, compare=False)
 
     def attempt_deadline(self) -> float:
         return self.deadline if self.deadline is not None else time.monotonic() + self.timeout_seconds
@@ -110,16 +107,6 @@ def execute(*, config: dict, arguments: Any, ctx: AttemptContext) -> ExecutionOu
         commit=Commit.NOT_COMMITTED if ctx.side_effect_class != "read_only" else Commit.NOT_APPLICABLE,
         failure_class="not_reached", error={"code": "no_executor", "message": f"tool has no executor (kind={kind!r})"},
     )
-
-
-def attempt_class(*, config: dict, tool_ref: str, side_effect_class: str) -> tuple[str, Any]:
-    """The side-effect class an attempt of this tool is sent and judged under, and the imported
-    tool's watch row read to decide it (handed to the executor in ``AttemptContext.upstream_watch``
-    so it is read once per attempt). The spec's class, except an imported MCP tool's read-only
-    claim that no admin confirmed, which runs as ``write_unsafe`` (``mcp_upstream.attempt_class``)."""
-    if config.get("kind") == "mcp":
-        return mcp_upstream.attempt_class(tool_ref=tool_ref, side_effect_class=side_effect_class)
-    return side_effect_class, WATCH_NOT_READ
 
 
 def lookup(*, config: dict, arguments: Any, ctx: AttemptContext) -> LookupOutcome:

@@ -34,7 +34,6 @@ Rules, the same as for the HTTP executor:
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 from typing import Any
@@ -42,9 +41,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from specs_app.upstream import (
-    UpstreamWatch, credential_headers, runs_as_write, upstream_drift_seen, upstream_watch_for_ref,
-)
+from specs_app.upstream import UpstreamGate, credential_headers, upstream_drift_seen
 from toolops import egress_net, mcp_client
 from toolops.runtime.egress import EgressRefused
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
@@ -80,39 +77,20 @@ def _refused(ctx, code: str, message: str, detail: dict | None = None) -> Execut
                             error={"code": code, "message": message}, detail=detail or {})
 
 
-# ``AttemptContext.upstream_watch`` before anything read it (None means "not imported").
-WATCH_NOT_READ = object()
-
-
-def attempt_class(*, tool_ref: str, side_effect_class: str) -> tuple[str, UpstreamWatch | None]:
-    """The class an attempt of this imported tool runs under, and its watch row (one read):
-    ``write_unsafe`` for a read-only claim no admin confirmed (``runs_as_write``) — a person
-    approved the call, but its answer is judged as a write's, and it is never re-sent blindly."""
-    name, version = parse_tool_ref(tool_ref)
-    watch = upstream_watch_for_ref(name=name, version=version)
-    return ("write_unsafe" if runs_as_write(side_effect_class=side_effect_class, watch=watch) else side_effect_class), watch
-
-
-def attempt_watch(ctx) -> UpstreamWatch | None:
-    """The tool's watch row for this attempt: as ``attempt_class`` read it, else read now; None
-    for an inline read, whose gates admission checked moments ago in this thread
-    (``gates_checked_at_admission``: its class was confirmed, or it would have waited for a person)."""
+def quarantine_refusal(ctx) -> ExecutionOutcome | None:
+    """Refuse a quarantined tool before anything is sent, by the watch row the attempt's context
+    read (``execution.attempt_context``): admission refused it too; this catches a quarantine that
+    happened while the call waited for a person or a retry. An inline read that admission claimed
+    moments ago in this thread carries no gate and relies on admission's fresh read, plus the
+    live pin check when that is due."""
     if ctx.gates_checked_at_admission:
         return None
-    if ctx.upstream_watch is not WATCH_NOT_READ:
-        return ctx.upstream_watch
-    name, version = parse_tool_ref(ctx.tool_ref)
-    return upstream_watch_for_ref(name=name, version=version)
-
-
-def quarantine_refusal(ctx, watch: UpstreamWatch | None) -> ExecutionOutcome | None:
-    """Refuse a quarantined tool before anything is sent (admission refused it too; this catches
-    a quarantine that happened while the call waited for a person or a retry, so an inline read
-    that admission claimed moments ago skips it and relies on admission's fresh read of the
-    watch row, plus the live pin check when that is due)."""
-    if watch is not None and watch.state in QUARANTINED:
-        return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref} is quarantined: its upstream definition {watch.state}",
-                        {"watch_state": watch.state})
+    gate: UpstreamGate | None = ctx.upstream_gate
+    if gate is None:
+        raise ValueError("an MCP attempt needs its tool's gate (execution.attempt_context reads it)")
+    if gate.quarantined:
+        return _refused(ctx, "tool_quarantined", f"{ctx.tool_ref} is quarantined: its upstream definition {gate.state}",
+                        {"watch_state": gate.state})
     return None
 
 
@@ -127,13 +105,9 @@ def response_cap(config: dict, ctx) -> int:
 
 def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = frozenset()) -> ExecutionOutcome:
     """One attempt; ``openers``: the operator's allow-listed (address, port) pairs."""
-    watch = attempt_watch(ctx)
-    refusal = quarantine_refusal(ctx, watch)
+    refusal = quarantine_refusal(ctx)
     if refusal is not None:
         return refusal
-    if not ctx.gates_checked_at_admission and runs_as_write(side_effect_class=ctx.side_effect_class, watch=watch):
-        # A read-only claim nobody confirmed, in a context not made by ``attempt_class``: a write.
-        ctx = dataclasses.replace(ctx, side_effect_class="write_unsafe")
     try:
         headers = credential_headers(config.get("credential") or "")
     except ValidationError as exc:

@@ -253,7 +253,7 @@ def upstream_confirm_class(*, upstream: UpstreamTool, user) -> UpstreamTool:
     return upstream
 
 
-def upstream_refresh(*, server_url: str | None = None, now=None) -> dict[str, int]:
+def upstream_refresh(*, server_urls: list[str] | None = None, now=None) -> dict[str, int]:
     """Re-list each watched server once and move every watched tool (drafts and published).
 
     An unreachable server leaves its tools' state alone (recorded in ``check_error``): a network
@@ -261,8 +261,8 @@ def upstream_refresh(*, server_url: str | None = None, now=None) -> dict[str, in
     """
     now = now or timezone.now()
     watched = UpstreamTool.objects.exclude(tool_spec__status=ToolSpec.Status.RETIRED).select_related("tool_spec")
-    if server_url:
-        watched = watched.filter(server_url=server_url)
+    if server_urls is not None:  # an admin's "refresh now"; None: every server (the beat)
+        watched = watched.filter(server_url__in=server_urls)
     by_server: dict[tuple[str, str], list[UpstreamTool]] = {}
     for row in watched:
         by_server.setdefault((row.server_url, row.credential), []).append(row)
@@ -390,11 +390,18 @@ class UpstreamGate:
     state: str
     needs_human: bool  # the side-effect class is not confirmed by an admin
 
+    def sent_as(self, side_effect_class: str) -> str:
+        """The class an attempt is sent and judged under: a read-only claim nobody confirmed
+        runs as ``write_unsafe``. Its calls wait for a person; once one approved, a lost or
+        unusable answer is OUTCOME_UNKNOWN for a person to settle, never a blind re-send of
+        what may be a write in disguise."""
+        return "write_unsafe" if side_effect_class == "read_only" and self.needs_human else side_effect_class
+
 
 def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
     """None for tools that are not imported from an MCP server (no query for them). Every
-    admission of an imported tool asks, so it is a lean read (``db_batch.select_rows``; the
-    queryset cost ~1 ms of CPU per call)."""
+    admission of an imported tool asks, and every attempt the workers send (``execution.attempt_context``),
+    so it is a lean read (``db_batch.select_rows``; the queryset cost ~1 ms of CPU per call)."""
     if (spec.executor or {}).get("kind") != "mcp":
         return None
     rows = select_rows(UpstreamTool, ["state", "class_confirmed"], "tool_spec_id = %s LIMIT 1", [("tool_spec", spec.pk)])
@@ -402,36 +409,6 @@ def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
         return UpstreamGate(quarantined=False, state="unwatched", needs_human=True)
     state, class_confirmed = rows[0]
     return UpstreamGate(quarantined=state in QUARANTINED, state=state, needs_human=class_confirmed != spec.side_effect_class)
-
-
-@dataclass(frozen=True)
-class UpstreamWatch:
-    """An imported tool version's watch, as an attempt needs it."""
-
-    state: str
-    class_confirmed: str  # the side-effect class an admin confirmed ("" when nobody did)
-
-
-def upstream_watch_for_ref(*, name: str, version: int) -> UpstreamWatch | None:
-    """The watch of an imported tool version in one indexed read; None when not imported.
-    Every MCP-executor attempt asks, so it is a lean prepared statement (``toolops.db_batch``),
-    not a queryset built per call."""
-    conn = connections[DEFAULT_DB_ALIAS]
-    quote = conn.ops.quote_name
-    rows = execute_one(
-        f"SELECT u.{quote('state')}, u.{quote('class_confirmed')} FROM {quote(UpstreamTool._meta.db_table)} u "
-        f"JOIN {quote(ToolSpec._meta.db_table)} t ON u.{quote('tool_spec_id')} = t.{quote('id')} "
-        f"WHERE t.{quote('name')} = %s AND t.{quote('version')} = %s LIMIT 1", [name, int(version)])
-    return UpstreamWatch(state=rows[0][0], class_confirmed=rows[0][1]) if rows else None
-
-
-def runs_as_write(*, side_effect_class: str, watch: UpstreamWatch | None) -> bool:
-    """True for an imported tool (executor ``mcp``) whose read-only class is only the upstream's
-    claim: no admin confirmed it, or nothing watches the spec. Its calls already wait for a
-    person (``upstream_gate``); once approved they are executed as ``write_unsafe`` — a lost or
-    unusable answer is OUTCOME_UNKNOWN for a person to settle, never a blind re-send of what
-    may be a write in disguise."""
-    return side_effect_class == "read_only" and (watch is None or watch.class_confirmed != side_effect_class)
 
 
 def upstream_alerts(*, limit: int = 50, tenants: frozenset[int] | None = None) -> tuple[list[UpstreamTool], list[UpstreamTool]]:

@@ -245,7 +245,7 @@ def test_recording_a_success_sends_the_attempts_close_with_the_final_update_and_
     assert _close_attempt(attempt, commit=Commit.NOT_COMMITTED, failure_class="not_reached", outcome={"abandoned": True})
     attempt.ended_at = None  # the worker's own copy never saw that close
     with CaptureQueriesContext(connection) as queries:
-        execution_record(invocation=invocation, attempt=attempt,
+        execution_record(invocation=invocation, attempt=attempt, sent_as="read_only",
                          outcome=ExecutionOutcome(commit=Commit.NOT_APPLICABLE, value={"ok": True}))
     closing = [q["sql"] for q in queries.captured_queries if '"invocations_app_attempt"' in q["sql"]]
     assert len(closing) == 1

@@ -10,6 +10,7 @@ import tracemalloc
 import pytest
 
 from invocations_app import executors
+from invocations_app.execution import attempt_class
 from specs_app.models import UpstreamTool
 from specs_app.upstream import upstream_import, upstream_list
 from toolops.runtime.execution import Commit
@@ -37,8 +38,10 @@ def specs(notes):
 
 
 def _ctx(spec, *, key="key-1", timeout=3.0):
+    """A worker attempt's context: the class and the tool's gate as ``execution.attempt_context`` reads them."""
+    sent_as, gate = attempt_class(spec)
     return executors.AttemptContext(
-        invocation_id="inv", tool_ref=spec.ref, side_effect_class=spec.side_effect_class, attempt=1, idempotency_key=key,
+        invocation_id="inv", tool_ref=spec.ref, side_effect_class=sent_as, upstream_gate=gate, attempt=1, idempotency_key=key,
         remote_key=f"tk1-{key}",  # what execution derives per tenant; only its presence matters here
         traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01", timeout_seconds=timeout)
 

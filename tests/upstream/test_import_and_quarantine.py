@@ -225,22 +225,24 @@ def test_an_unconfirmed_read_only_claim_is_sent_and_recovered_as_a_write(notes, 
     imported tool's read-only class counts as a read only once an admin confirmed it."""
     from django.contrib.auth.models import User
 
-    from invocations_app.executors import attempt_class
+    from invocations_app.execution import attempt_class
+    from specs_app.models import ToolSpec
     from specs_app.upstream import upstream_confirm_class
 
-    def sent_as(config, ref, cls):
-        return attempt_class(config=config, tool_ref=ref, side_effect_class=cls)[0]
+    def sent_as(spec):
+        return attempt_class(spec)[0]
 
     notes.redefine("notes.create", annotations={"readOnlyHint": True})
     specs = {s.upstream.upstream_name: s for s in _import(notes)}
     liar = specs["notes.create"]
     assert liar.side_effect_class == "read_only"
-    assert sent_as(liar.executor, liar.ref, "read_only") == "write_unsafe"
+    assert sent_as(liar) == "write_unsafe"
     upstream_confirm_class(upstream=liar.upstream, user=User.objects.create(username="trusting-admin"))
-    assert sent_as(liar.executor, liar.ref, "read_only") == "read_only"
-    assert sent_as({"kind": "http"}, "web.fetch@1", "read_only") == "read_only"
-    assert sent_as({"kind": "http"}, "cal.create@1", "write_idempotent") == "write_idempotent"
-    assert sent_as(specs["notes.delete"].executor, specs["notes.delete"].ref, "write_unsafe") == "write_unsafe"
+    assert sent_as(liar) == "read_only"
+    assert sent_as(ToolSpec(executor={"kind": "http"}, side_effect_class="read_only")) == "read_only"
+    assert sent_as(ToolSpec(executor={"kind": "http"}, side_effect_class="write_idempotent")) == "write_idempotent"
+    delete = specs["notes.delete"]
+    assert delete.side_effect_class != "read_only" and sent_as(delete) == delete.side_effect_class  # a write stays itself
 
 
 def test_a_standing_approval_does_not_make_an_unconfirmed_read_only_claim_an_inline_read(notes, db):
