@@ -13,8 +13,10 @@
 3. redirects are followed only up to ``policy.follow_redirects`` (default 0: a 3xx is the
    answer), and secret headers never follow a redirect to another origin;
 4. one wall-clock deadline (``policy.deadline``, ``time.monotonic()``) covers resolve, connect,
-   send and the whole read: a watchdog shuts the socket when it passes, so a server trickling
-   one byte a second cannot hold the attempt longer;
+   send and the whole read: a watchdog shuts the socket when it passes — held from the moment it
+   is connected, whoever reads from it then (an answer that ends with the connection owns it) —
+   so a server trickling one byte a second, however it frames the body, cannot hold the attempt
+   longer;
 5. the body is read in chunks and reading stops past ``policy.max_response_bytes``: memory stays
    flat whatever the server sends. ``Accept-Encoding: identity`` is sent and a compressed answer
    is not decoded (a small gzip body can expand without bound).
@@ -126,8 +128,8 @@ class _Watchdogs:
         self.seq = itertools.count()
         self.pid: int | None = None
 
-    def watch(self, conn: HTTPConnection, deadline: float) -> "_Watch":
-        watch = _Watch(conn)
+    def watch(self, deadline: float) -> "_Watch":
+        watch = _Watch()
         with self.cond:
             if self.pid != os.getpid():
                 self.pid, self.heap = os.getpid(), []
@@ -152,41 +154,86 @@ class _Watchdogs:
 
 
 class _Watch:
-    def __init__(self, conn: HTTPConnection) -> None:
-        self.conn: HTTPConnection | None = conn
-        self.fired = False
+    """One exchange's hold on its socket, from the moment it is connected to the end.
+
+    The connection's own ``sock`` cannot be relied on: for an answer that ends with the
+    connection (HTTP/1.0, ``Connection: close``, no length) ``http.client`` hands the socket to
+    the response and sets ``sock`` to None, and a TLS wrap detaches the socket object it
+    started from. A duplicate descriptor names the same socket through both, and ``shutdown()``
+    on it ends the connection for every descriptor (``close()`` would not)."""
+
+    def __init__(self) -> None:
+        self.sock: socket.socket | None = None
+        self.fired = self.ended = False
         self.lock = threading.Lock()
+
+    def hold(self, sock: socket.socket) -> None:
+        """Called by the connection with its socket, just connected."""
+        held = sock.dup()
+        with self.lock:
+            self.sock = held
+            if self.fired:  # the deadline passed while it was connecting
+                _shut(held)
 
     def fire(self) -> None:
         with self.lock:
-            if self.conn is None:
+            if self.ended:
                 return  # the exchange ended in time
             self.fired = True
-            sock = getattr(self.conn, "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            if self.sock is not None:
+                _shut(self.sock)
 
     def __enter__(self) -> "_Watch":
         return self
 
     def __exit__(self, *exc) -> None:
         with self.lock:
-            self.conn = None  # no longer shut at the deadline, and not kept alive by the heap
+            self.ended = True  # no longer shut at the deadline
+            if self.sock is not None:
+                self.sock.close()
+                self.sock = None
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # the peer closed it already
 
 
 WATCHDOGS = _Watchdogs()
 
 
-def _connection(address: str, target: Target, timeout: float) -> HTTPConnection:
+class _Held:
+    """A connection that gives its socket to the exchange's watch as soon as it is connected
+    (urllib3 makes every socket in ``_new_conn``; the TLS handshake comes after it)."""
+
+    watch: _Watch
+
+    def _new_conn(self) -> socket.socket:
+        sock = super()._new_conn()
+        self.watch.hold(sock)
+        return sock
+
+
+class _HeldHTTPConnection(_Held, HTTPConnection):
+    pass
+
+
+class _HeldHTTPSConnection(_Held, HTTPSConnection):
+    pass
+
+
+def _connection(address: str, target: Target, timeout: float, watch: _Watch) -> HTTPConnection:
     if target.parts.scheme == "https":
-        return HTTPSConnection(
+        conn = _HeldHTTPSConnection(
             address, target.parts.port, timeout=timeout, server_hostname=target.parts.host,
             assert_hostname=target.parts.host, cert_reqs="CERT_REQUIRED", ca_certs=certifi.where(),
         )
-    return HTTPConnection(address, target.parts.port, timeout=timeout)
+    else:
+        conn = _HeldHTTPConnection(address, target.parts.port, timeout=timeout)
+    conn.watch = watch
+    return conn
 
 
 def _exchange(address: str, target: Target, method: str, headers: dict, body: bytes | None,
@@ -194,9 +241,9 @@ def _exchange(address: str, target: Target, method: str, headers: dict, body: by
     remaining = policy.deadline - time.monotonic()
     if remaining <= 0:
         raise TransportFailure("the attempt deadline passed before the request was sent", reached=False, deadline=True)
-    conn = _connection(address, target, remaining)
-    sent = False
-    with WATCHDOGS.watch(conn, policy.deadline) as watchdog:
+    sent, raw = False, None
+    with WATCHDOGS.watch(policy.deadline) as watchdog:
+        conn = _connection(address, target, remaining, watchdog)
         try:
             conn.connect()
             sent = True  # from the first byte written the tool may act
@@ -217,6 +264,8 @@ def _exchange(address: str, target: Target, method: str, headers: dict, body: by
                 raise TransportFailure("the attempt deadline passed", reached=sent, deadline=True) from None
             raise TransportFailure(f"{type(exc).__name__} talking to the tool", reached=sent) from None
         finally:
+            if raw is not None:
+                raw.close()  # an answer that ends with the connection holds the socket, not ``conn``
             conn.close()
         if watchdog.fired and not truncated:
             # The socket was shut under the read: what arrived may be cut short anywhere.

@@ -5,7 +5,8 @@ Routes (GET unless noted):
 * ``/page/small`` — a small HTML page (the innocent control);
 * ``/big?mb=N`` — N MiB of text with a truthful Content-Length, generated lazily chunk by chunk
   (never built in memory) until the client stops reading;
-* ``/trickle?bytes=N`` — headers at once, then one byte per second;
+* ``/trickle?bytes=N&shape=S`` — a body written one byte per second, framed as ``S`` (one of
+  ``TRICKLE_SHAPES``, default ``length``; see ``trickle``);
 * ``/redirect?to=URL`` — 302 to anything; ``/chain/N`` — N same-origin hops ending at ``/page/small``;
 * ``/echo`` — the request's ``Authorization`` value echoed in many encodings (JSON body);
   ``/echo-text`` — the same as text/html; ``/echo-error`` — a 500 whose JSON message carries it;
@@ -54,6 +55,41 @@ JSON_ERRORS = {
 }
 
 
+# How a trickled answer is framed (``trickle``). The first two end with the connection: a client
+# that holds only the connection's socket loses it to the response (http.client hands it over).
+TRICKLE_SHAPES = (
+    "http10",   # HTTP/1.0 announcing its length: an HTTP/1.0 answer always ends with the connection
+    "close",    # HTTP/1.1, Connection: close and no length: the body is whatever comes before the close
+    "chunked",  # HTTP/1.1, Transfer-Encoding: chunked, one byte per chunk
+    "length",   # HTTP/1.1, kept alive, Content-Length
+    "headers",  # HTTP/1.1 with Content-Length, its status line and headers written one byte per second too
+)
+
+
+def trickle(handler: BaseHTTPRequestHandler, body: bytes, *, shape: str, content_type: str, every: float = 1.0) -> None:
+    """Answer 200 with ``body`` written one byte every ``every`` seconds, framed as ``shape``,
+    until it is all sent or the client goes away."""
+    framing = {"http10": ("HTTP/1.0", f"Content-Length: {len(body)}"), "close": ("HTTP/1.1", "Connection: close"),
+               "chunked": ("HTTP/1.1", "Transfer-Encoding: chunked")}
+    version, frame = framing.get(shape, ("HTTP/1.1", f"Content-Length: {len(body)}"))
+    head = f"{version} 200 OK\r\nContent-Type: {content_type}\r\n{frame}\r\n\r\n".encode()
+    handler.close_connection = True  # whatever the shape, the client stops reading before the end
+    slow = [bytes([b]) for b in body]
+    if shape == "chunked":
+        slow = [b"1\r\n" + byte + b"\r\n" for byte in slow] + [b"0\r\n\r\n"]
+    if shape == "headers":
+        slow = [bytes([b]) for b in head] + slow
+    else:
+        handler.wfile.write(head)
+    try:
+        for piece in slow:
+            handler.wfile.write(piece)
+            handler.wfile.flush()
+            time.sleep(every)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
 class Handler(BaseHTTPRequestHandler):
     server: "HostileServer"
     protocol_version = "HTTP/1.1"
@@ -76,7 +112,8 @@ class Handler(BaseHTTPRequestHandler):
             if route == "/big":
                 return self._big(int(query.get("mb", "300")))
             if route == "/trickle":
-                return self._trickle(int(query.get("bytes", "120")))
+                body = b"." * int(query.get("bytes", "120"))
+                return trickle(self, body, shape=query.get("shape", "length"), content_type="text/plain; charset=utf-8")
             if route == "/redirect":
                 return self._send(302, b"", "text/plain", Location=query.get("to", ""))
             if route.startswith("/chain/"):
@@ -117,17 +154,6 @@ class Handler(BaseHTTPRequestHandler):
             sent += len(piece)
         with self.server.lock:
             self.server.big_completed += 1
-
-    def _trickle(self, nbytes: int) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(nbytes))
-        self.end_headers()
-        self.wfile.flush()
-        for _ in range(nbytes):
-            self.wfile.write(b".")
-            self.wfile.flush()
-            time.sleep(1)
 
     def _echo(self, route: str) -> None:
         seen = self.headers.get("Authorization", "")

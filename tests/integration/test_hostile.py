@@ -159,10 +159,14 @@ def test_it_keeps_worker_memory_flat_on_a_300_mb_page(hostile, hworker, capsys):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_it_ends_a_trickling_page_at_the_deadline_with_one_live_attempt(hostile, hworker, capsys):
+@pytest.mark.parametrize("shape", ["http10", "close", "chunked", "length"])
+def test_it_ends_a_trickling_page_at_the_deadline_with_one_live_attempt(hostile, hworker, capsys, shape):
+    """However the page is framed. Before, a page that ends with the connection (HTTP/1.0,
+    Connection: close) held each attempt for the whole minute: the socket the deadline shut had
+    been handed to the response. A read cut at its deadline is read again: the second attempt."""
     _hostile_tool(hostile, timeout=2, attempts=2)
     agent = _agent_with_grant(hostile)
-    inv = _call(agent, "hostile.fetch@1", {"url": f"{hostile.base}/trickle?bytes=60"})
+    inv = _call(agent, "hostile.fetch@1", {"url": f"{hostile.base}/trickle?bytes=60&shape={shape}"})
     most_open, samples = 0, 0
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -180,6 +184,42 @@ def test_it_ends_a_trickling_page_at_the_deadline_with_one_live_attempt(hostile,
     assert done["state"] == "FAILED_BEFORE_COMMIT" and done["error"]["code"] == "deadline_exceeded"
     assert most_open == 1 and len(attempts) == 2
     assert all(d < 2 + 1.5 for d in durations), durations  # a 60 s trickle cannot hold a 2 s attempt
+    assert [(a.failure_class, a.outcome["error"]["code"]) for a in attempts] == [("timeout_unknown", "deadline_exceeded")] * 2
+    assert [a.decision["reason"] for a in attempts] == ["timeout_reread", "max_attempts"]
+
+
+@pytest.fixture
+def hostile_opened(hostile, settings):
+    """The hostile server's address on the operator's allow-list (a ToolSpec's fixed endpoint may
+    reach it), set before the worker starts."""
+    settings.TOOLOPS_EGRESS_ALLOW = [*settings.TOOLOPS_EGRESS_ALLOW, f"127.0.0.1:{hostile.port}"]
+    return hostile
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_never_sends_a_trickled_write_again(hostile_opened, worker):
+    """A write cut at its deadline was received and may have acted: its attempt is a timeout,
+    the call OUTCOME_UNKNOWN for a person, and nothing is sent a second time."""
+    hostile = hostile_opened
+    make_toolspec(
+        name="hostile.post", side_effect_class="write_unsafe", normalizers=[],
+        schema={"type": "object", "properties": {"text": {"type": "string"}}, "additionalProperties": False},
+        required_capabilities=[{"capability": "hostile.write"}],
+        timeout_policy={"attempt_timeout_seconds": 2, "deadline_seconds": 30},
+        retry_policy={"initial_interval": 0.2, "backoff_coefficient": 1, "maximum_interval": 0.2, "maximum_attempts": 3},
+        executor={"kind": "http", "method": "POST", "url": f"{hostile.base}/trickle?bytes=60&shape=close"},
+    )
+    subject, token = make_token()
+    make_grant(capability="hostile.write", operation_class="create", subject=subject)
+    agent = Agent(APIClient(), token)
+    sent_before = len(hostile.paths())
+    inv = _call(agent, "hostile.post@1", {"text": "once"})
+    done = _settled(agent, inv["id"])
+    [attempt] = Attempt.objects.filter(invocation_id=inv["id"])
+    assert done["state"] == "OUTCOME_UNKNOWN", done
+    assert attempt.failure_class == "timeout_unknown" and attempt.decision["reason"] == "unknown_outcome_unsafe"
+    assert (attempt.ended_at - attempt.started_at).total_seconds() < 2 + 1.5
+    assert len(hostile.paths()) == sent_before + 1
 
 
 def slow_tool(arguments, ctx):

@@ -8,10 +8,11 @@ import subprocess
 import threading
 import time
 
+import certifi
 import pytest
 
 from invocations_app.http_client import EgressPolicy, HttpRequest, TransportFailure, send
-from tests.hostile_server import HostileServer
+from tests.hostile_server import TRICKLE_SHAPES, HostileServer
 from toolops.runtime.egress import EgressRefused
 
 
@@ -48,10 +49,13 @@ def test_it_stops_reading_at_the_cap_without_reading_the_rest(hostile):
     assert hostile.big_completed == 0
 
 
-def test_it_ends_a_trickle_at_the_wall_clock_deadline(hostile):
+@pytest.mark.parametrize("shape", TRICKLE_SHAPES)
+def test_it_ends_a_trickle_at_the_wall_clock_deadline(hostile, shape):
+    """However the answer is framed: before, an answer that ends with the connection (HTTP/1.0,
+    Connection: close) was read to its end, 30 s, because its socket had moved to the response."""
     started = time.monotonic()
     with pytest.raises(TransportFailure) as exc:
-        send(_get(f"{hostile.base}/trickle?bytes=30"), _policy(hostile, deadline=time.monotonic() + 1.5))
+        send(_get(f"{hostile.base}/trickle?bytes=30&shape={shape}"), _policy(hostile, deadline=time.monotonic() + 1.5))
     assert exc.value.deadline and exc.value.reached
     assert time.monotonic() - started < 2.5
 
@@ -142,14 +146,41 @@ def test_it_says_not_reached_when_nothing_listens(hostile):
     assert exc.value.reached is False
 
 
+def _tls_server_context(tmp_path) -> tuple[ssl.SSLContext, str]:
+    """A server context with a fresh self-signed certificate for ``localhost``, and its file."""
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context, str(cert)
+
+
+def test_it_ends_a_trickle_over_tls_that_ends_with_the_connection_at_the_deadline(tmp_path, monkeypatch):
+    """Over TLS the socket the connection started from is detached into the TLS one, and an
+    HTTP/1.0 answer takes that over: the deadline still shuts it. Before, this read ran to the end."""
+    context, cert = _tls_server_context(tmp_path)
+    monkeypatch.setattr(certifi, "where", lambda: cert)  # this test's certificate is the one trusted root
+    server = HostileServer()
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.start()
+    try:
+        policy = EgressPolicy(deadline=time.monotonic() + 1.5, max_response_bytes=1000, url_from_arguments=False,
+                              openers=frozenset({("127.0.0.1", server.port), ("::1", server.port)}))
+        started = time.monotonic()
+        with pytest.raises(TransportFailure) as exc:
+            send(_get(f"https://localhost:{server.port}/trickle?bytes=30&shape=http10"), policy)
+        assert exc.value.deadline and exc.value.reached
+        assert time.monotonic() - started < 2.5
+    finally:
+        server.stop()
+
+
 def test_it_connects_to_the_checked_address_with_the_host_name_as_tls_sni(tmp_path):
     """The socket goes to the address that was checked; TLS still names the host (SNI) and the
     certificate is checked against it — a self-signed one is refused before anything is sent."""
-    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
+    context, _ = _tls_server_context(tmp_path)
     seen: list[str | None] = []
     context.sni_callback = lambda sock, name, ctx: seen.append(name)
     listener = socket.socket()
