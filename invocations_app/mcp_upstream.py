@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -94,9 +95,15 @@ def quarantine_refusal(ctx) -> ExecutionOutcome | None:
     return None
 
 
-def egress_pin(config: dict, ctx, openers: frozenset) -> mcp_client.Pin:
+def egress_pin(config: dict, deadline: float, openers: frozenset) -> mcp_client.Pin:
     """The upstream's checked address (``EgressRefused`` / ``TransportFailure`` before sending)."""
-    return egress_net.mcp_pin(str(config.get("url") or ""), openers, ctx.attempt_deadline())
+    return egress_net.mcp_pin(str(config.get("url") or ""), openers, deadline)
+
+
+def _time_left(deadline: float) -> float:
+    """What the SDK's exchange may take: the attempt's one deadline (``time.monotonic()``) also
+    covered resolving the name, so the exchange gets what is left of it, not a timeout afresh."""
+    return max(0.0, deadline - time.monotonic())
 
 
 def response_cap(config: dict, ctx) -> int:
@@ -112,8 +119,9 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
         headers = credential_headers(config.get("credential") or "")
     except ValidationError as exc:
         return _refused(ctx, "executor_misconfigured", "; ".join(exc.messages))
+    deadline = ctx.attempt_deadline()
     try:
-        pin = egress_pin(config, ctx, openers)
+        pin = egress_pin(config, deadline, openers)
     except EgressRefused as exc:
         return _refused(ctx, exc.code, exc.message)
     except egress_net.TransportFailure as exc:
@@ -124,7 +132,7 @@ def execute_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = froze
     try:
         result = mcp_client.call_tool(
             url=config["url"], headers=headers, name=config["tool"],
-            arguments=arguments if isinstance(arguments, dict) else {}, meta=meta, timeout=ctx.timeout_seconds,
+            arguments=arguments if isinstance(arguments, dict) else {}, meta=meta, timeout=_time_left(deadline),
             max_bytes=response_cap(config, ctx), pinned_sha256=config.get("definition_sha256"), pin=pin,
             recheck_seconds=settings.TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS, keep_connection=not write,
         )
@@ -174,9 +182,11 @@ def _failure(failure: mcp_client.UpstreamFailure, ctx) -> ExecutionOutcome:
         # A server error, or an answer the client could not use: the call was received, the tool may have acted.
         return failed(commit=Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN, failure_class="transient",
                       error={"code": "transient", "message": failure.message, "jsonrpc_code": failure.code})
-    # Timed out, dropped, or too large after the call was written: the tool may have acted.
+    # Timed out, dropped, or too large after the call was written: the tool may have acted. A cut
+    # at the deadline says so, as the HTTP executor's does (a read that ends on it was not "unknown").
+    code = "deadline_exceeded" if failure.kind == "timeout" else "outcome_unknown"
     return failed(commit=Commit.NOT_APPLICABLE if read_only else Commit.UNKNOWN, failure_class="timeout_unknown",
-                  error={"code": "outcome_unknown", "message": failure.message})
+                  error={"code": code, "message": failure.message})
 
 
 def _outcome(config: dict, result: mcp_client.CallResult, ctx) -> ExecutionOutcome:
@@ -204,8 +214,9 @@ def lookup_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = frozen
     spec = config.get("lookup") or {}
     if not spec.get("tool"):
         return LookupOutcome(committed=None, detail={"reason": "tool offers no lookup"})
+    deadline = ctx.attempt_deadline()
     try:
-        pin = egress_pin(config, ctx, openers)
+        pin = egress_pin(config, deadline, openers)
     except EgressRefused as exc:
         return LookupOutcome(committed=None, detail={"reason": f"the egress policy refused the lookup ({exc.code})"})
     except egress_net.TransportFailure:
@@ -214,7 +225,7 @@ def lookup_mcp(*, config: dict, arguments: Any, ctx, openers: frozenset = frozen
         result = mcp_client.call_tool(
             url=config["url"], headers=credential_headers(config.get("credential") or ""), name=spec["tool"],
             arguments={spec.get("key_argument", "idempotency_key"): remote_idempotency_key(ctx)},
-            meta=upstream_meta(idempotency_key=None, traceparent=ctx.traceparent), timeout=ctx.timeout_seconds,
+            meta=upstream_meta(idempotency_key=None, traceparent=ctx.traceparent), timeout=_time_left(deadline),
             max_bytes=response_cap(config, ctx), pin=pin,
         )
     except mcp_client.UpstreamFailure as failure:

@@ -32,6 +32,8 @@ CALL_FAULTS = (
     "rpc_error",      # 200 application/json: the server's own JSON-RPC error (``server.rpc_error``)
     "rpc_error_sse",  # the same error as an event of a 200 text/event-stream
     "rpc_error_400",  # the same error as the body of a 400
+    # the tool's result, written one byte a second, framed as ``hostile_server.TRICKLE_SHAPES``:
+    *(f"trickle_{shape}" for shape in hostile_server.TRICKLE_SHAPES),
 )
 # How ``tools/list`` pages (``server.listing``):
 LISTINGS = (
@@ -75,9 +77,12 @@ class Handler(hostile_server.Handler):
     def _call(self, request_id, params: dict) -> None:
         value = self.server.perform(params)  # every call is performed, whatever its answer will be
         fault = self.server.faults.get(params.get("name"), "ok")
+        result = {"content": [{"type": "text", "text": json.dumps(value)}], "structuredContent": value, "isError": False}
         if fault == "ok":
-            return self._result(request_id, {"content": [{"type": "text", "text": json.dumps(value)}],
-                                             "structuredContent": value, "isError": False})
+            return self._result(request_id, result)
+        if fault.startswith("trickle_"):
+            body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode()
+            return hostile_server.trickle(self, body, shape=fault[len("trickle_"):], content_type="application/json")
         if fault in ("http_500", "http_429"):
             return self._send(int(fault[5:]), b"upstream trouble", "text/plain")
         if fault == "sse_cut":

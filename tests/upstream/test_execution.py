@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, Invocation, ResultBody, ToolMessage
-from specs_app.models import UpstreamTool
+from specs_app.models import ToolSpec, UpstreamTool
 from specs_app.upstream import upstream_import, upstream_refresh
 from tests.builders import Agent, make_grant, make_token
 from tests.integration.conftest import remote_key_of, wait_for
@@ -29,13 +29,21 @@ def governed(notes, monkeypatch, transactional_db, request):
     """Imported, class-confirmed and published notes tools; an agent granted all of them; a
     worker whose beat does not refresh on its own (the tests call the refresh themselves)."""
     monkeypatch.setenv("TOOLOPS_UPSTREAM_REFRESH_SECONDS", "3600")
-    worker = request.getfixturevalue("worker")
-    specs = published(upstream_import(url=notes.url, prefix="team", credential=SECRET_REF,
-                                      lookups={"notes.create": "notes.find_by_key"}).created)
+    return govern(notes, request.getfixturevalue("worker"), prefix="team", credential=SECRET_REF)
+
+
+def govern(upstream, worker, *, prefix: str, credential: str = "", **draft_fields) -> "Governed":
+    """``upstream``'s tools imported (``draft_fields`` set on the drafts, as an admin edits one
+    before publishing), class-confirmed and published; an agent granted all of them."""
+    drafts = upstream_import(url=upstream.url, prefix=prefix, credential=credential,
+                             lookups={"notes.create": "notes.find_by_key"}).created
+    if draft_fields:
+        ToolSpec.objects.filter(pk__in=[d.pk for d in drafts]).update(**draft_fields)
+    specs = published(ToolSpec.objects.filter(pk__in=[d.pk for d in drafts]))
     subject, token = make_token()
     for spec in specs.values():
         make_grant(capability=spec.required_capabilities[0]["capability"], subject=subject, tool_refs=[spec.ref])
-    return Governed(notes, worker, specs, Agent(APIClient(), token), token, subject)
+    return Governed(upstream, worker, specs, Agent(APIClient(), token), token, subject)
 
 
 class Governed:

@@ -12,17 +12,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from rest_framework.test import APIClient
 
 from invocations_app import executors
 from specs_app.upstream import UpstreamUnavailable, upstream_import, upstream_list
-from tests.builders import Agent, make_grant, make_token
 from toolops import mcp_client
 from toolops.runtime.execution import Commit
 
 from .conftest import NOTES_SECRET, SECRET_REF, published
 from .hostile_mcp import HostileMCP
-from .test_execution import Governed, governed  # noqa: F401 - fixture used here
+from .test_execution import govern, governed  # noqa: F401 - fixture used here
 from .test_executor_outcomes import _ctx
 
 pytestmark = pytest.mark.django_db
@@ -229,9 +227,4 @@ def hostile_governed(legacy, monkeypatch, transactional_db, request):
     """The hostile upstream's tools imported and published, an agent granted them, a worker
     whose beat does not refresh on its own."""
     monkeypatch.setenv("TOOLOPS_UPSTREAM_REFRESH_SECONDS", "3600")
-    worker = request.getfixturevalue("worker")
-    specs = published(upstream_import(url=legacy.url, prefix="hg", lookups={"notes.create": "notes.find_by_key"}).created)
-    subject, token = make_token()
-    for spec in specs.values():
-        make_grant(capability=spec.required_capabilities[0]["capability"], subject=subject, tool_refs=[spec.ref])
-    return Governed(legacy, worker, specs, Agent(APIClient(), token), token, subject)
+    return govern(legacy, request.getfixturevalue("worker"), prefix="hg")
