@@ -224,3 +224,11 @@ def test_it_serves_an_openapi_schema_and_docs(client):
     paths = json.loads(schema.content)["paths"]
     assert "/api/v1/model-calls/{model_call_id}/proposals" in paths
     assert client.get("/api/docs/").status_code == 200
+
+
+def test_it_serves_the_schema_as_json_when_asked_with_format_json(client):
+    as_json = client.get("/api/schema/?format=json")
+    assert as_json.status_code == 200 and "json" in as_json["Content-Type"]
+    assert json.loads(as_json.content)["openapi"].startswith("3.")
+    as_yaml = client.get("/api/schema/?format=yaml")
+    assert as_yaml.status_code == 200 and as_yaml.content.startswith(b"openapi: 3.")
