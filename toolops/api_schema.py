@@ -1,7 +1,7 @@
 """OpenAPI pieces shared by every API view: the problem document and its responses.
 
 Each operation lists the problem responses it can give, with the stable ``code`` values a
-client can branch on (API.md) as an enum per status; the media type is
+client can branch on (docs/reference/errors.md) as an enum per status; the media type is
 ``application/problem+json``. Every code must be one of ``toolops.error_codes.HTTP`` (with that
 status): a code listed here but missing there fails at import, so the lists cannot drift.
 """

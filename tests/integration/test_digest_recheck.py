@@ -1,4 +1,4 @@
-"""The worker re-checks the digest before sending (SPEC §2 invariant 3, §6): arguments changed in
+"""The worker re-checks the digest before sending (docs/concepts/lifecycle.md invariant 3, §6): arguments changed in
 the database after a human approved them are never sent.
 
 Real parts: PostgreSQL, Redis, a `celery worker -B` process started *after* the tampering, and

@@ -1,4 +1,4 @@
-"""`manage.py load_demo`: idempotent demo data — tenant, agent + token, admin, the four ToolSpecs of API.md."""
+"""`manage.py load_demo`: idempotent demo data — tenant, agent + token, admin, the four demo ToolSpecs."""
 from __future__ import annotations
 
 import io
