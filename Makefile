@@ -35,7 +35,7 @@ test: venv
 # the state diagram), then a strict build: a broken link or a page missing from the nav fails.
 docs: venv
 	$(PY) docs/gen/generate.py
-	$(PY) -m mkdocs build --strict --quiet --site-dir var/site
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir var/site
 
 bench: venv
 	$(PY) bench/admission.py

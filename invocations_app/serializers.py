@@ -492,7 +492,7 @@ class ResultOut(serializers.Serializer):
 class InvocationErrorOut(serializers.Serializer):
     code = serializers.ChoiceField(choices=error_codes.INVOCATION_CHOICES, help_text=(
         "why the call ended without an effect, or the interim state of a call still open "
-        "(README: Error codes)"))
+        "(the docs' error-codes page)"))
     message = serializers.CharField(allow_blank=True)
     detail = AnyJSON()
 

@@ -190,7 +190,7 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 
 # --- Deployment behind a TLS proxy (all off by default: `make run` is plain HTTP) ----------
-# README "Production path" lists the values `check --deploy` wants.
+# docs/how-to/deploy.md lists the values `check --deploy` wants.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
@@ -322,7 +322,7 @@ TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
 TOOLOPS_BINARY_RETENTION_SECONDS = env_int("TOOLOPS_BINARY_RETENTION_SECONDS", 86400)
 TOOLOPS_BINARY_PURGE_BATCH = env_int("TOOLOPS_BINARY_PURGE_BATCH", 500)
 # The currency of grant amount limits and approval-policy thresholds saved before they named one
-# (README "Amount limits carry their currency"); new ones must name theirs.
+# (docs/reference/approval-policies.md); new ones must name theirs.
 TOOLOPS_LEGACY_AMOUNT_CURRENCY = os.environ.get("TOOLOPS_LEGACY_AMOUNT_CURRENCY", "EUR").strip().upper()
 # Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
 TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
@@ -365,7 +365,7 @@ except ValueError:
 if not isinstance(TOOLOPS_MCP_RUN_BUDGETS, dict):
     raise ImproperlyConfigured("TOOLOPS_MCP_RUN_BUDGETS must be a JSON object")
 # Read-only calls that need no confirmation execute in the MCP process itself (the same
-# execution service and record as a worker; see README "MCP front door"), at most
+# execution service and record as a worker; see docs/reference/mcp.md), at most
 # TOOLOPS_MCP_INLINE_MAX at once per process (the rest go to the workers), so slow remotes
 # never hold every database thread.
 TOOLOPS_MCP_INLINE_READS = env_bool("TOOLOPS_MCP_INLINE_READS", True)
