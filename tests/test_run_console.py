@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,7 +12,7 @@ from pathlib import Path
 import requests
 
 from tests.conftest import REPO_ROOT
-from tests.servers import free_port, wait_for
+from tests.servers import free_port, make_run, wait_for
 
 
 def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
@@ -36,7 +35,7 @@ def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
             except requests.RequestException:
                 return False
 
-        wait_for(up, timeout=60, what="run_console")
+        wait_for(up, timeout=180, what="run_console")  # Django starts slowly on a loaded 2-core machine
         assert "gunicorn" in log.read_text()
         css = requests.get(base + "/static/admin/css/base.css", timeout=5)
         assert css.status_code == 200 and css.headers["Content-Type"].startswith("text/css")
@@ -65,57 +64,19 @@ def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
             proc.wait()
 
 
-def _free_port_with_neighbours() -> int:
-    """A port p such that p, p+1, p+765 and p+766 (the demo's offsets) are all free now."""
-    for _ in range(50):
-        port = free_port()
-        if port + 766 <= 65535 and all(_is_free(port + offset) for offset in (1, 765, 766)):
-            return port
-    raise AssertionError("no free port with free neighbours")
-
-
-def _is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) != 0
-
 
 def test_make_run_serves_the_console_on_PORT_and_moves_every_demo_address_with_it():
-    var = Path(tempfile.mkdtemp(prefix="toolops-port-"))
-    port = _free_port_with_neighbours()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DB_POOL", "CONN_MAX_AGE", "TOOLOPS_MCP_URL",
-                        "TOOLOPS_CONSOLE_URL", "TOOLOPS_DEMO_SERVICES_URL", "TOOLOPS_DEMO_NOTES_MCP_URL")}
-    env.update(TOOLOPS_VAR_DIR=str(var), DEBUG="0", PORT=str(port))
-    log = var / "make_run.log"
-    with log.open("wb") as out:
-        # -o: never (re)build the virtualenv here; this interpreter is the one to run with.
-        proc = subprocess.Popen(["make", "-s", "-o", ".venv/.installed", "run", f"PY={sys.executable}",
-                                 "RUN_ARGS=--no-worker"], cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    try:
-        def up(url: str) -> bool:
-            assert proc.poll() is None, log.read_text()
-            try:
-                return requests.get(url, timeout=2).status_code < 500
-            except requests.RequestException:
-                return False
-
-        wait_for(lambda: up(f"http://127.0.0.1:{port}/login/"), timeout=120, what="make run's console")
-        printed = log.read_text()
+    with make_run(worker=False) as run:
+        port = run.port
+        printed = run.output()
         for url in (f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{port + 1}/mcp", f"http://127.0.0.1:{port + 765}",
                     f"http://127.0.0.1:{port + 766}/mcp"):
             assert url in printed, (url, printed)
-        wait_for(lambda: up(f"http://127.0.0.1:{port + 765}/"), timeout=30, what="the demo services")
-        wait_for(lambda: up(f"http://127.0.0.1:{port + 766}/_control/notes"), timeout=30, what="the demo MCP server")
-        wait_for(lambda: up(f"http://127.0.0.1:{port + 1}/.well-known/oauth-protected-resource/mcp"), timeout=30,
-                 what="the MCP server")
-        metadata = requests.get(f"http://127.0.0.1:{port + 1}/.well-known/oauth-protected-resource/mcp", timeout=5).json()
+        wait_for(lambda: run.answers(f"http://127.0.0.1:{port + 765}/"), timeout=30, what="the demo services")
+        wait_for(lambda: run.answers(f"http://127.0.0.1:{port + 766}/_control/notes"), timeout=30,
+                 what="the demo MCP server")
+        metadata_url = f"http://127.0.0.1:{port + 1}/.well-known/oauth-protected-resource/mcp"
+        wait_for(lambda: run.answers(metadata_url), timeout=30, what="the MCP server")
+        metadata = requests.get(metadata_url, timeout=5).json()
         assert metadata["resource"] == f"http://127.0.0.1:{port + 1}/mcp"
         assert [u.rstrip("/") for u in metadata["authorization_servers"]] == [f"http://127.0.0.1:{port}"]
-    finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
