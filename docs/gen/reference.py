@@ -6,6 +6,7 @@ under ``docs/generated/`` before ``mkdocs build``. ``errors_page`` and ``setting
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -110,6 +111,8 @@ def settings_page() -> str:
 # The project's own commands, in the order a reader meets them, and the demo servers run with -m.
 COMMANDS = ("run_console", "load_demo", "run_demo_services", "mcp_import", "mcp_publish", "grant_tool",
             "audit_invariants", "load_bulk")
+DJANGO_COMMON_OPTIONS = {"version", "verbosity", "settings", "pythonpath", "traceback", "no_color", "force_color",
+                         "skip_checks"}
 MODULES = {"demo_services.notes_mcp": "the demo upstream MCP server",
            "demo_services.webhook_receiver": "a webhook receiver that checks signatures"}
 
@@ -120,10 +123,16 @@ def commands_page() -> str:
     apps = get_commands()
     out = _page_start("Management commands", source="each command's --help", intro=(
            "Run them as `.venv/bin/python manage.py COMMAND` from the repository's root; the demo servers "
-           "as `.venv/bin/python -m MODULE`. Each section is the command's own `--help`.\n\n"))
+           "as `.venv/bin/python -m MODULE`. Each section is the command's own `--help`; every `manage.py` "
+           "command also takes Django's common options (`--settings`, `--pythonpath`, `--verbosity`, "
+           "`--traceback`, `--no-color`, `--force-color`, `--skip-checks`).\n\n"))
     for name in COMMANDS:
         command = load_command_class(apps[name], name)
-        help_text = command.create_parser("manage.py", name).format_help()
+        parser = command.create_parser("manage.py", name)
+        for action in parser._actions:  # Django's options common to every command: said once, above
+            if action.dest in DJANGO_COMMON_OPTIONS:
+                action.help = argparse.SUPPRESS
+        help_text = parser.format_help()
         out.append(f"## `{name}`\n\n{_first_line(command.help)}\n\n```text\n{help_text.rstrip()}\n```\n\n")
     for module, what in MODULES.items():
         out.append(f"## `python -m {module}`\n\n{what[0].upper() + what[1:]}.\n\n```text\n{_module_help(module).rstrip()}\n```\n\n")

@@ -11,20 +11,20 @@ from html import escape
 from toolops.runtime.states import TERMINAL, TRANSITIONS, State
 
 S = State
-# (column, row): the happy path on the top row, each way out below the state it leaves from.
+# (column, row): the happy path down the left, each way out to the right of the state it leaves.
 POSITION = {
-    S.PROPOSED: (0, 0), S.PARSED: (1, 0), S.VALIDATED: (2, 0), S.AUTHORIZED: (3, 0), S.PREPARED: (4, 0),
-    S.EXECUTING: (5, 0), S.COMMITTED: (6, 0), S.OBSERVED: (7, 0),
-    S.PARSE_REJECTED: (0.5, 1.3), S.VALIDATION_REJECTED: (1.5, 2.1), S.AUTHORIZATION_REJECTED: (2.5, 1.3),
-    S.CANCELLED_BEFORE_COMMIT: (3.8, 2.1), S.OUTCOME_UNKNOWN: (5.5, 1.3), S.FAILED_BEFORE_COMMIT: (4.9, 2.6),
-    S.FAILED_AFTER_COMMIT: (6.6, 2.1),
+    S.PROPOSED: (0, 0), S.PARSED: (0, 1), S.VALIDATED: (0, 2), S.AUTHORIZED: (0, 3), S.PREPARED: (0, 4),
+    S.EXECUTING: (0, 5), S.COMMITTED: (0, 6), S.OBSERVED: (0, 7),
+    S.PARSE_REJECTED: (1, 0.5), S.VALIDATION_REJECTED: (1, 1.5), S.AUTHORIZATION_REJECTED: (1, 2.5),
+    S.CANCELLED_BEFORE_COMMIT: (1, 3.6), S.FAILED_BEFORE_COMMIT: (1, 4.5), S.OUTCOME_UNKNOWN: (1, 5.5),
+    S.FAILED_AFTER_COMMIT: (1, 6.6),
 }
-# Edges that would cross a box, or each other, if drawn straight: the curve's control point moves
-# by (dx, dy) pixels from the middle of the straight line.
-BEND = {(S.AUTHORIZED, S.EXECUTING): (0, -58), (S.EXECUTING, S.OBSERVED): (0, -58),
-        (S.EXECUTING, S.OUTCOME_UNKNOWN): (-28, 10), (S.OUTCOME_UNKNOWN, S.EXECUTING): (24, -12)}
+# Edges that skip a state of the happy path run round it on the left; the two edges between
+# EXECUTING and OUTCOME_UNKNOWN bend apart (the curve's control point moves by dx, dy pixels).
+AROUND_THE_LEFT = {(S.AUTHORIZED, S.EXECUTING), (S.EXECUTING, S.OBSERVED)}
+BEND = {(S.EXECUTING, S.OUTCOME_UNKNOWN): (-6, 16), (S.OUTCOME_UNKNOWN, S.EXECUTING): (6, -16)}
 
-BOX_W, BOX_H, COL_W, ROW_H, MARGIN, TOP = 178, 34, 196, 64, 20, 36
+BOX_W, BOX_H, COL_W, ROW_H, MARGIN, TOP = 196, 30, 250, 50, 12, 0
 COLOURS = {"happy": "#e8f0fe", "terminal": "#fdecea", "open": "#fff4e5"}
 
 
@@ -32,10 +32,11 @@ def state_diagram_svg() -> str:
     missing = set(TRANSITIONS) - set(POSITION)
     if missing:
         raise ValueError(f"docs/gen/state_diagram.py has no position for {sorted(missing)}")
-    width = int(MARGIN * 2 + COL_W * 7 + BOX_W)
-    height = int(MARGIN * 2 + TOP + ROW_H * 2.6 + BOX_H)
+    columns, rows = max(c for c, _ in POSITION.values()), max(r for _, r in POSITION.values())
+    width = int(MARGIN * 2 + COL_W * columns + BOX_W + 40)  # room on the left for the bent edges
+    height = int(MARGIN * 2 + TOP + ROW_H * rows + BOX_H)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="The states of a call and every allowed transition" font-family="sans-serif" font-size="11">',
+             f'aria-label="The states of a call and every allowed transition" font-family="sans-serif" font-size="12">',
              '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" markerHeight="7" '
              'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#444"/></marker></defs>']
     for src, targets in TRANSITIONS.items():
@@ -49,13 +50,13 @@ def state_diagram_svg() -> str:
 
 def _centre(state: State) -> tuple[float, float]:
     col, row = POSITION[state]
-    return MARGIN + col * COL_W + BOX_W / 2, MARGIN + TOP + row * ROW_H + BOX_H / 2
+    return MARGIN + 40 + col * COL_W + BOX_W / 2, MARGIN + TOP + row * ROW_H + BOX_H / 2
 
 
 def _box(state: State) -> str:
     x, y = _centre(state)
     kind = "terminal" if state in TERMINAL and state != S.OBSERVED else (
-        "happy" if POSITION[state][1] == 0 else "open")
+        "happy" if POSITION[state][0] == 0 else "open")
     return (f'<g><rect x="{x - BOX_W / 2:.0f}" y="{y - BOX_H / 2:.0f}" width="{BOX_W}" height="{BOX_H}" rx="6" '
             f'fill="{COLOURS[kind]}" stroke="#555"/><text x="{x:.0f}" y="{y + 4:.0f}" text-anchor="middle">'
             f'{escape(state.value)}</text></g>')
@@ -65,7 +66,10 @@ def _edge(src: State, dst: State) -> str:
     (x1, y1), (x2, y2) = _centre(src), _centre(dst)
     start, end = _border(x1, y1, x2, y2), _border(x2, y2, x1, y1)
     bend = BEND.get((src, dst))
-    if bend:
+    if (src, dst) in AROUND_THE_LEFT:
+        left = x1 - BOX_W / 2
+        path = f"M {left:.0f} {y1:.0f} Q {left - 60:.0f} {(y1 + y2) / 2:.0f} {left:.0f} {y2:.0f}"
+    elif bend:
         mx, my = (start[0] + end[0]) / 2 + bend[0], (start[1] + end[1]) / 2 + bend[1]
         path = f"M {start[0]:.0f} {start[1]:.0f} Q {mx:.0f} {my:.0f} {end[0]:.0f} {end[1]:.0f}"
     else:
