@@ -1,4 +1,5 @@
-"""Admission of a proposal (docs/concepts/admission.md–§5, §8): one path from raw bytes to a recorded invocation.
+"""Admission of a proposal (docs/concepts/admission.md, execution.md): one path from raw bytes to a
+recorded invocation.
 
 ``proposal_admit`` answers "already posted?" once, before any counter is spent; then the pure
 admission plan (parse, validate, normalize, digest), the authorization decision, and

@@ -1,4 +1,5 @@
-"""Carry invocations through EXECUTING to an honest end (docs/concepts/lifecycle.md–§10).
+"""Carry invocations through EXECUTING to an honest end (docs/concepts/lifecycle.md, execution.md,
+failures.md, results.md).
 
 The worker's life of one attempt:
 

@@ -64,7 +64,7 @@ def _propose(agent, call: dict, name: str, arguments: str, proposal_id: str):
                       {"proposal_id": proposal_id, "name": name, "arguments": arguments})
 
 
-# --- budget semantics (docs/concepts/execution.md: refuses *further* work) ---------------------------------------
+# --- budget semantics (docs/concepts/execution.md: refuses *further* work) -----------------------
 
 def test_ten_concurrent_proposals_against_three_tool_calls_run_three_and_refuse_seven(demo_agent, worker):
     run, call = _call(demo_agent, [WEATHER], budgets={"tool_calls": 3})

@@ -121,7 +121,7 @@ def test_it_carries_the_callers_trace_to_events_worker_logs_and_the_tool(demo_ag
 
 @pytest.mark.django_db(transaction=True)
 def test_it_answers_the_eight_questions_of_the_record_for_the_spec_14_call(demo_agent, worker):
-    """docs/concepts/record.md through the API, for the §14 example."""
+    """docs/concepts/record.md through the API, for the worked example of docs/concepts/lifecycle.md."""
     import base64
 
     from invocations_app.models import ToolMessage

@@ -1,5 +1,6 @@
-"""docs/concepts/lifecycle.md / §9 / §13 row 6 with real parts: every retry-matrix cell the demo services can
-provoke, and a worker pool process killed with SIGKILL in the middle of an attempt.
+"""docs/concepts/lifecycle.md and failures.md (the retry matrix, failure table row 6) with real parts:
+every retry-matrix cell the demo services can provoke, and a worker pool process killed with SIGKILL in
+the middle of an attempt.
 
 Everything goes through the agent API, a real ``celery worker -B`` subprocess (Redis broker,
 PostgreSQL) and the demo services over HTTP with injected faults; nothing is mocked. What was
