@@ -17,7 +17,7 @@ number of queries does not depend on the page size. Target: every page ≤ 200 m
 The dashboard is measured three ways: "cold" clears the cache before every request (the whole
 payload, including the attempts-per-tool rows that are kept for 60 s), "15-s refresh" expires
 only the 15-s payload (what one request per 15 s per process pays), "cached" is what every other
-request costs. Medians of one run; the machines are shared and noisy (BASELINES.md), so compare
+request costs. Medians of one run; the machines are shared and noisy (docs/explanation/benchmarks.md), so compare
 the ratios measured in one run.
 """
 from __future__ import annotations

@@ -21,7 +21,7 @@ concurrency 2), the demo services. One client process runs the official ``mcp`` 
 Sequential calls, one at a time; the added latency is MCP minus direct at p50 and p99. Targets
 (issue 15): added p50 <= 10 ms, p99 <= 25 ms; pending answer p99 <= 50 ms. By default the MCP
 server executes such reads itself (``TOOLOPS_MCP_INLINE_READS``, on by default: the same
-execution service and record as a worker; README "MCP front door"); ``--worker`` turns that off,
+execution service and record as a worker; docs/reference/mcp.md); ``--worker`` turns that off,
 so the Celery worker executes them.
 """
 from __future__ import annotations

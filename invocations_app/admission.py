@@ -1,10 +1,11 @@
-"""Admission of a proposal (SPEC §3–§5, §8): one path from raw bytes to a recorded invocation.
+"""Admission of a proposal (docs/concepts/admission.md, execution.md): one path from raw bytes to a
+recorded invocation.
 
 ``proposal_admit`` answers "already posted?" once, before any counter is spent; then the pure
 admission plan (parse, validate, normalize, digest), the authorization decision, and
 ``record_admission`` writes proposal, invocation and its event chain in one round trip. A
 concurrent re-post of the same proposal loses on the unique constraint and is answered as a
-replay; an idempotency key already bound to another call is answered per SPEC §8.
+replay; an idempotency key already bound to another call is answered per docs/concepts/execution.md.
 """
 from __future__ import annotations
 
@@ -336,7 +337,7 @@ def _export_admission_span(invocation: Invocation, proposal: Proposal, trace: Tr
     )
 
 
-# --- idempotency keys (SPEC §8) ---------------------------------------------------------------
+# --- idempotency keys (docs/concepts/execution.md) ---------------------------------------------------------------
 
 class IdempotencyHit(Exception):
     """The key is already bound to an invocation; the admission transaction is rolled back."""
@@ -375,7 +376,7 @@ def _idempotency_record(subject, spec, key, run, proposal_id) -> IdempotencyReco
 
 
 def _idempotent_replay(record, *, model_call, proposal_id, name, arguments_bytes, digest, spec, now) -> Invocation:
-    """Record the proposal as a replay of the key's invocation, then answer per SPEC §8."""
+    """Record the proposal as a replay of the key's invocation, then answer per docs/concepts/execution.md."""
     original = record.invocation
     try:
         with transaction.atomic():

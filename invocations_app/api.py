@@ -183,7 +183,7 @@ class InvocationDetailView(APIView):
         if wait > 0:  # a plain poll answers what was just read
             selectors.invocations_wait(invocations=[inv], seconds=wait)
         request.trace_id = inv.trace_id
-        # The record (SPEC §12): what the model saw, and where the result went next.
+        # The record (docs/concepts/record.md): what the model saw, and where the result went next.
         return Response({**invocation_to_dict(inv), **selectors.invocation_record_links(invocation=inv)})
 
 

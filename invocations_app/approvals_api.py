@@ -1,4 +1,4 @@
-"""Approvals API: people decide confirmations over REST (API.md, "Approvals API").
+"""Approvals API: people decide confirmations over REST (docs/reference/approvals-api.md).
 
 Authenticated by a person's token only (``auth.PersonTokenAuthentication``; an agent's token is
 refused here, and a person's token on the agent API). What a person sees and decides is the

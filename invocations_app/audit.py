@@ -1,4 +1,4 @@
-"""Audit the recorded history against SPEC §2's invariants (``manage.py audit_invariants``).
+"""Audit the recorded history against docs/concepts/lifecycle.md's invariants (``manage.py audit_invariants``).
 
 The transition service and the database triggers stop forbidden writes as they happen; this
 module re-reads what is *stored* and reports what should never be there, whoever wrote it
@@ -17,30 +17,30 @@ Kinds of violation (one ``Violation`` per kind and invocation; the detail names 
     nor ``confirm``; or it is ``confirm`` and no *approved* confirmation carries the
     invocation's digest (or the only matching approval was decided after execution began).
 ``confirmation_digest_mismatch``
-    An approved confirmation whose digest is not its invocation's digest (SPEC §6).
+    An approved confirmation whose digest is not its invocation's digest (docs/concepts/confirmation.md).
 ``committed_then_not_happened``
     The log has a COMMITTED event, but a later event, the current state or ``commit_status``
-    says the call did not happen (SPEC §2 invariant 5).
+    says the call did not happen (docs/concepts/lifecycle.md invariant 5).
 ``digest_not_reproducible``
     For an invocation whose log reached VALIDATED: re-admitting the stored proposal bytes with
     the stored normalization context, parser limits and the invocation's ToolSpec does not end
     VALIDATED with the stored digest, or the stored ``normalized_arguments`` do not hash to it
-    (SPEC §2 invariant 3). Records written by another normalizers/parser version cannot be
+    (docs/concepts/lifecycle.md invariant 3). Records written by another normalizers/parser version cannot be
     re-run by this code: they are counted as *unverifiable*, not reported as violations.
 ``events_after_terminal``
-    Any event after the first event that entered a terminal state (SPEC §13 last row).
+    Any event after the first event that entered a terminal state (docs/concepts/failures.md last row).
 ``seq_gap``
     Event seqs of an invocation are not exactly 1..n, or ``Invocation.event_seq`` is not n.
 ``tool_not_visible``
     An invocation of a ToolSpec that its model call was not shown (no ``ModelCallTool`` of that
     model call for that ToolSpec), or whose recorded ``name@version`` or proposed name is not
-    exactly that tool's in the visible set (SPEC §2 invariant 2: no fuzzy or "latest" match).
+    exactly that tool's in the visible set (docs/concepts/lifecycle.md invariant 2: no fuzzy or "latest" match).
 ``tool_of_another_tenant``
     An invocation of a ToolSpec owned by a tenant other than the invocation's (global ToolSpecs
     belong to every tenant): a tenant's tool is listed, granted and run only inside it.
 ``executed_beyond_grants``
     The log reaches EXECUTING, but some capability the ToolSpec requires for these normalized
-    arguments was not covered by a grant valid at the recorded decision time (SPEC §2
+    arguments was not covered by a grant valid at the recorded decision time (docs/concepts/lifecycle.md
     invariant 4): the authorization record names no grant for it; the grant row is gone or
     differs from the recorded snapshot (capability, tenant, subject, scope, effect, pinned
     versions); it was created after, or revoked at or before, the decision; or the recorded
@@ -208,9 +208,10 @@ def check_edges(rec: InvocationRecord) -> Iterator[Violation]:
             problems.append(f"event #{ev.seq} ({ev.kind}) starts from {_st(ev.from_state)} but the log was in {_st(previous)}")
         if ev.from_state == ev.to_state:
             if ev.to_state not in _STATES:
-                problems.append(f"event #{ev.seq} ({ev.kind}) names no state of SPEC §2: {ev.to_state!r}")
+                problems.append(f"event #{ev.seq} ({ev.kind}) names no state of the lifecycle: {ev.to_state!r}")
         elif not _edge_ok(ev.from_state, ev.to_state):
-            problems.append(f"event #{ev.seq} ({ev.kind}) {_st(ev.from_state)} → {_st(ev.to_state)} is not an edge of SPEC §2")
+            problems.append(f"event #{ev.seq} ({ev.kind}) {_st(ev.from_state)} → {_st(ev.to_state)} "
+                            "is not an edge of the state table")
         previous = ev.to_state
     if rec.state != previous:
         problems.append(f"the invocation is {rec.state} but its event log ends in {_st(previous)}")

@@ -1,4 +1,4 @@
-"""Run budgets (SPEC §11): the runtime, not the model, ends the loop.
+"""Run budgets (docs/concepts/execution.md): the runtime, not the model, ends the loop.
 
 An exhausted budget refuses *further* work; it never undoes work admitted within it:
 

@@ -1,4 +1,4 @@
-"""Cancellation (SPEC §7): by the agent, and of a run's open calls when its budget is exhausted.
+"""Cancellation (docs/concepts/lifecycle.md): by the agent, and of a run's open calls when its budget is exhausted.
 
 Before the commit boundary a call ends CANCELLED_BEFORE_COMMIT and nothing is sent; while an
 attempt is in flight the request is recorded and honoured only if the outcome proves nothing
@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 
 
 def invocation_cancel(*, invocation: Invocation, actor: str, reason: str = "") -> Invocation:
-    """Cancel (SPEC §7). Before the commit boundary: CANCELLED_BEFORE_COMMIT, nothing is sent.
+    """Cancel (docs/concepts/lifecycle.md). Before the commit boundary: CANCELLED_BEFORE_COMMIT, nothing is sent.
     While an attempt is in flight: recorded, honoured only if the outcome proves nothing was
     committed. After the boundary (or when it may have been crossed): ``Conflict`` — the effect
     stands and only later steps stop."""

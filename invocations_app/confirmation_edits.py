@@ -1,4 +1,4 @@
-"""Approve with edits (SPEC §6): the approver changes the arguments and approves the new digest.
+"""Approve with edits (docs/concepts/confirmation.md): the approver changes the arguments and approves the new digest.
 
 The edited arguments go through the same chain as a model's proposal — strict parse, schema,
 normalization under the original's recorded clock/zone/locale, digest — and the subject's grants

@@ -18,7 +18,7 @@ def record_url(invocation_id) -> str:
 
 
 def confirmation_summary(confirmation: Confirmation) -> dict:
-    """The fields API.md lists for a confirmation (plus its state and decision)."""
+    """The fields the Approvals API lists for a confirmation (plus its state and decision)."""
     display = approval_display(confirmation)
     return {
         "id": str(confirmation.pk),

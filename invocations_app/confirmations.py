@@ -1,4 +1,4 @@
-"""Human confirmation bound to a digest (SPEC §6): open, approve, deny, expire.
+"""Human confirmation bound to a digest (docs/concepts/confirmation.md): open, approve, deny, expire.
 
 A decision is single-use and race-safe: it is a conditional ``UPDATE … WHERE state = 'pending'
 AND expires_at > now``; of two approvers clicking at once exactly one changes a row, and only

@@ -1,4 +1,5 @@
-"""Carry invocations through EXECUTING to an honest end (SPEC §7–§10).
+"""Carry invocations through EXECUTING to an honest end (docs/concepts/lifecycle.md, execution.md,
+failures.md, results.md).
 
 The worker's life of one attempt:
 
@@ -397,7 +398,7 @@ def _refusal_before_send(inv: Invocation) -> tuple[str, str] | None:
 
 
 def _sent_digest(inv: Invocation) -> str | None:
-    """SPEC §4's digest of the normalized arguments as stored now (None if they cannot be hashed)."""
+    """docs/concepts/admission.md's digest of the normalized arguments as stored now (None if they cannot be hashed)."""
     try:
         return invocation_digest(tenant=inv.tenant.slug, tool_ref=inv.tool_ref, normalized_arguments=inv.normalized_arguments)
     except (CanonicalizationError, ValueError, TypeError):

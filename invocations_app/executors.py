@@ -63,7 +63,7 @@ class AttemptContext:
     idempotency_key: str  # the runtime's key (python executors keep their own key space)
     traceparent: str
     timeout_seconds: float
-    # What a remote sees instead of the runtime's key (derived per tenant; SPEC §8).
+    # What a remote sees instead of the runtime's key (derived per tenant; docs/concepts/execution.md).
     remote_key: str = ""
     # The grant snapshots the call was authorized with: their URL scopes bound every hop.
     egress_grants: tuple[Mapping, ...] = ()

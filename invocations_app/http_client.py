@@ -1,6 +1,6 @@
 """The one way an executor talks HTTP: egress-checked, address-pinned, deadlined and capped.
 
-``send(request, policy)`` (SPEC §5 Egress, issue 11):
+``send(request, policy)`` (docs/concepts/admission.md Egress, issue 11):
 
 1. every hop — the first URL and each redirect — is checked before anything is sent: http(s)
    only (``file:``/``gopher:``… refused, permanently); in the grants' scope when the URL came

@@ -60,7 +60,7 @@ REQUEST_ERROR_CODES = frozenset({-32700, -32600, -32601, -32602})
 
 
 def remote_idempotency_key(ctx) -> str:
-    """The key the upstream sees for this attempt: the tenant-scoped derivation of SPEC §8
+    """The key the upstream sees for this attempt: the tenant-scoped derivation of docs/concepts/execution.md
     (``remote_key``, recorded on the attempt), never the runtime's raw key — remote key spaces
     are shared, tenants are not."""
     if not ctx.remote_key:

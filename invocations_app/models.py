@@ -70,7 +70,7 @@ class ModelCall(models.Model):
     # Led by the (run, created_at) index below, which also finds a run's latest model call.
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="model_calls", db_index=False)
     format = models.CharField(max_length=16, default="openai")
-    # Invocation ids whose tool messages were in this model call's context (API.md `context`).
+    # Invocation ids whose tool messages were in this model call's context (the API's `context`).
     context = models.JSONField(default=list, blank=True)
     span_id = models.CharField(max_length=16)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -133,7 +133,7 @@ class Proposal(models.Model):
     class Meta:
         ordering = ["-received_at"]
         constraints = [
-            # The replay/409 rule of API.md: one proposal per (model call, tool_call id).
+            # The API's replay/409 rule: one proposal per (model call, tool_call id).
             models.UniqueConstraint(fields=["model_call", "proposal_id"], name="invocations_proposal_unique_id"),
         ]
         indexes = [
@@ -257,7 +257,7 @@ class Event(models.Model):
 
 
 class Confirmation(models.Model):
-    """A human decision bound to one invocation digest (SPEC §6)."""
+    """A human decision bound to one invocation digest (docs/concepts/confirmation.md)."""
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -422,7 +422,7 @@ class Attempt(models.Model):
     sent_at = models.DateTimeField(null=True, blank=True)  # the request may have reached the tool from here on
     ended_at = models.DateTimeField(null=True, blank=True)
     # The live worker renews this while the attempt runs; only a lapsed lease means the worker
-    # is gone (SPEC §5: "abandoned" is never merely "slow"). Null on attempts from before leases.
+    # is gone (docs/concepts/admission.md: "abandoned" is never merely "slow"). Null on attempts from before leases.
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     # The idempotency key / client reference the remote saw: derived per tenant, never the raw key.
     remote_key = models.CharField(max_length=100, blank=True, default="")
@@ -468,7 +468,7 @@ class ResultBody(models.Model):
 
 
 class ResultBinary(models.Model):
-    """A result that is bytes, not text (SPEC §10): stored as received, referenced from the tool
+    """A result that is bytes, not text (docs/concepts/results.md): stored as received, referenced from the tool
     message by media type, size and SHA-256, served at its result URL until ``expires_at``; the
     beat's purge then drops the bytes (``purged_at``) and the URL answers 410 ``result_expired``."""
 
@@ -490,7 +490,7 @@ class ResultBinary(models.Model):
 
 
 class ModelCallMessage(models.Model):
-    """A tool message exactly as one model call carried it in its context (SPEC §12): the final
+    """A tool message exactly as one model call carried it in its context (docs/concepts/record.md): the final
     message, or the interim ``awaiting_confirmation`` / ``outcome_unknown`` one the model read
     while the call was still open."""
 
@@ -518,7 +518,7 @@ class ModelCallMessage(models.Model):
 
 
 class IdempotencyRecord(models.Model):
-    """SPEC §8: one record per (tenant, name@version, key), bound to the digest it was used with."""
+    """docs/concepts/execution.md: one record per (tenant, name@version, key), bound to the digest it was used with."""
 
     class Status(models.TextChoices):
         IN_PROGRESS = "in_progress"

@@ -1,4 +1,4 @@
-"""The key a remote sees for an invocation (SPEC §8): derived per tenant, recorded per attempt.
+"""The key a remote sees for an invocation (docs/concepts/execution.md): derived per tenant, recorded per attempt.
 
 ``toolops.runtime.remote_keys`` holds the derivation and why it is an HMAC; this module binds it
 to settings (the server secret) and to the record (the key each attempt actually sent).

@@ -1,4 +1,4 @@
-"""Support staff resolving unknown outcomes (SPEC §7): look up, mark committed / not committed, re-send.
+"""Support staff resolving unknown outcomes (docs/concepts/lifecycle.md): look up, mark, re-send.
 
 An invocation in OUTCOME_UNKNOWN may have acted on the world. A support person with
 django-guardian's ``specs_app.resolve_toolspec`` on its ToolSpec *and* ``specs_app.resolve_calls``
@@ -221,7 +221,7 @@ def _already_resolved(invocation: Invocation) -> AlreadyResolved:
 # --- look up now -------------------------------------------------------------------------------
 
 def _attempt_context(invocation: Invocation) -> executors.AttemptContext:
-    # The lookup asks for the key the remote was actually sent (derived per tenant, SPEC §8).
+    # The lookup asks for the key the remote was actually sent (derived per tenant, docs/concepts/execution.md).
     return attempt_context(invocation, number=invocation.attempt_count, span_id=new_span_id(),
                            remote_key=recorded_remote_key(invocation))
 

@@ -1,4 +1,4 @@
-"""Results back to the model (SPEC §10): the last transition of a call, together with its tool messages.
+"""Results back to the model (docs/concepts/results.md): the last transition of a call, together with its tool messages.
 
 The final transition and the tool messages are written in one transaction, so an invocation
 never reaches OBSERVED (or a failure terminal) without its messages, and nothing is written
@@ -25,7 +25,7 @@ from .models import IdempotencyRecord, Invocation, ResultBinary, ToolMessage
 from .tool_messages import binary_url, encode, message_rows, redacted, result_policy
 from .transitions import TransitionConflict, invocation_transition
 
-# Executors whose output comes from outside ToolOps: untrusted by default (SPEC §10).
+# Executors whose output comes from outside ToolOps: untrusted by default (docs/concepts/results.md).
 EXTERNAL_EXECUTORS = ("http", "mcp")
 
 

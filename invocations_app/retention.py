@@ -1,4 +1,4 @@
-"""Retention: dropping what has outlived its promise (SPEC §10: "binary results are references
+"""Retention: dropping what has outlived its promise (docs/concepts/results.md: "binary results are references
 with an expiry").
 
 ``binaries_purge_expired`` (beat: ``invocations.purge_expired_binaries``, every

@@ -116,7 +116,7 @@ def _model_calls_including_read(invocation: Invocation) -> tuple:
 
 
 def invocation_record_links(*, invocation: Invocation) -> dict:
-    """What the record adds to an invocation (SPEC §12): the definition the model saw, the
+    """What the record adds to an invocation (docs/concepts/record.md): the definition the model saw, the
     model calls that carried its message, the formats its message was written in and every
     message the model read for it. The three reads go in one round trip on PostgreSQL (every
     poll of ``GET /invocations/{id}`` makes them)."""
@@ -164,7 +164,7 @@ def _tool_message_formats_read(invocation: Invocation) -> tuple:
 
 def _messages_carried_read(invocation: Invocation) -> tuple:
     # Every message the model read for this call — interim ones included — with the model call
-    # that carried it, oldest first (SPEC §12: the exact bytes, by their SHA-256).
+    # that carried it, oldest first (docs/concepts/record.md: the exact bytes, by their SHA-256).
     return (ModelCallMessage, ["model_call", "format", "kind", "sha256"], "invocation_id = %s ORDER BY id",
             [("invocation", invocation.pk)])
 

@@ -1,4 +1,4 @@
-"""Input and output serializers of the agent API (API.md field names, never renamed)."""
+"""Input and output serializers of the agent API (the field names of docs/reference/api.md, never renamed)."""
 from __future__ import annotations
 
 import base64
@@ -401,7 +401,7 @@ class AnyJSON(serializers.JSONField):
 
 
 class EventOut(serializers.ModelSerializer):
-    data = serializers.DictField(help_text="kind-specific details (see SPEC §7)")
+    data = serializers.DictField(help_text="kind-specific details of the transition or decision")
 
     class Meta:
         model = Event
@@ -492,7 +492,7 @@ class ResultOut(serializers.Serializer):
 class InvocationErrorOut(serializers.Serializer):
     code = serializers.ChoiceField(choices=error_codes.INVOCATION_CHOICES, help_text=(
         "why the call ended without an effect, or the interim state of a call still open "
-        "(README: Error codes)"))
+        "(the docs' error-codes page)"))
     message = serializers.CharField(allow_blank=True)
     detail = AnyJSON()
 
@@ -501,7 +501,7 @@ class InvocationOut(serializers.Serializer):
     """An invocation (built by ``invocation_to_dict``): rejections are states, not HTTP errors."""
 
     id = serializers.UUIDField()
-    state = serializers.CharField(help_text="SPEC §2 state, e.g. AUTHORIZED, PARSE_REJECTED, OBSERVED")
+    state = serializers.CharField(help_text="the lifecycle state, e.g. AUTHORIZED, PARSE_REJECTED, OBSERVED")
     tool = serializers.CharField(allow_null=True, help_text="name@version")
     proposal = ProposalRecordOut()
     run_id = serializers.UUIDField()
@@ -534,7 +534,7 @@ class CarriedMessageOut(serializers.Serializer):
 
 
 class InvocationRecordOut(InvocationOut):
-    """GET of one invocation: the call plus what the model saw and where its result went (SPEC §12)."""
+    """GET of one invocation: the call plus what the model saw and where its result went (docs/concepts/record.md)."""
 
     tool_definition_seen = serializers.DictField(allow_null=True)
     included_in_model_calls = serializers.ListField(child=serializers.UUIDField())

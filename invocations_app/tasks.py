@@ -1,6 +1,6 @@
 """Celery tasks: thin, fetch by id, call a service; safe to deliver twice.
 
-Delivery settings (toolops/settings.py) are chosen for SPEC §7:
+Delivery settings (toolops/settings.py) are chosen for docs/concepts/lifecycle.md:
 ``acks_late`` + ``reject_on_worker_lost``: a message is acknowledged only after the task
 returns, so a worker killed mid-attempt gets its message redelivered instead of lost. That
 redelivery can never blindly re-run a write: the claim is a state transition, and an attempt

@@ -1,4 +1,5 @@
-"""Tool messages (SPEC §10): what the model gets back, encoded once, stored as exact bytes, served as stored.
+"""Tool messages (docs/concepts/results.md): what the model gets back, encoded once, stored and served
+as exact bytes.
 
 This module owns the encoding (the tool's result policy, its secrets removed, untrusted text
 marked) and the reads the agent makes: the tool message of an invocation (final, or the interim
@@ -88,7 +89,7 @@ def encode(invocation: Invocation, result: ToolResult, *, notice=_READ):
 
 
 def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:
-    """The result body and one tool message per format, unsaved (SPEC §10: stored once)."""
+    """The result body and one tool message per format, unsaved (docs/concepts/results.md: stored once)."""
     is_error = result.status != "ok"
     return [
         [ResultBody(invocation=invocation, body=encoded.full_bytes, total_bytes=encoded.total_bytes)],
@@ -110,7 +111,7 @@ def _ending_result(*, error_code: str, error_message: str, commit_status: str) -
                       commit_status=commit_status or "not_committed")
 
 
-# What the model reads while a call is still open (API.md): never a 409 it cannot answer.
+# What the model reads while a call is still open (docs/reference/api.md): never a 409 it cannot answer.
 INTERIM = {
     ModelCallMessage.Kind.AWAITING_CONFIRMATION: "a person must confirm this call first; ask again later",
     ModelCallMessage.Kind.OUTCOME_UNKNOWN: "the effect may have happened; a person is checking; do not retry",

@@ -52,7 +52,7 @@ def invocation_transition(
     the transition's. ``rows`` (groups of unsaved instances) and ``statements`` (``(sql,
     params)`` needing no answer) are written only if the transition happens, in the events'
     round trip (``toolops.db_batch``; event keys are not read back). Raises
-    ``TransitionNotAllowed`` for an edge outside SPEC §2 and ``TransitionConflict`` when the
+    ``TransitionNotAllowed`` for an edge outside docs/concepts/lifecycle.md and ``TransitionConflict`` when the
     invocation is no longer in ``src``. ``first``: a statement run just before the UPDATE, in
     its round trip, whatever the UPDATE finds (the attempt this transition records, closed).
     """

@@ -1,4 +1,4 @@
-"""The demo ToolSpecs of API.md and the demo tenant, subject, token and admin (idempotent)."""
+"""The demo ToolSpecs (docs/reference/demo.md) and the demo tenant, subject, token and admin (idempotent)."""
 from __future__ import annotations
 
 from django.conf import settings

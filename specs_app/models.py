@@ -231,7 +231,7 @@ class Grant(models.Model):
         PATH_PREFIX = "path_prefix", "path prefix"
         DOMAIN_SUFFIX = "domain_suffix", "domain suffix"
         GLOB = "glob"
-        # Scheme, host and port pinned plus a path prefix (SPEC §5 Egress): the scope for URLs.
+        # Scheme, host and port pinned plus a path prefix (docs/concepts/admission.md Egress): the scope for URLs.
         URL_PREFIX = "url_prefix", "URL prefix"
 
     class Effect(models.TextChoices):

@@ -148,7 +148,7 @@ def grant_snapshots(*, tenant, subject, capabilities: list[str]) -> list[GrantSn
             grant_id=str(grant_id), capability=name, operation_class=operation_class, tenant=tenant.slug,
             subject_id=str(subject_id) if subject_id else None, scope_kind=scope_kind, scope_values=tuple(scope_values or ()),
             effect=effect, tool_refs=tuple(tool_refs or ()), expires_at=expires_at, revoked_at=None,
-            # a row saved before money limits had a currency is read in the legacy one (README "Grants")
+            # a row saved before money limits had a currency is read in the legacy one (docs/how-to/upgrade.md)
             limits=Limits.from_dict(limits, legacy_currency=legacy),
             policy=ApprovalPolicy.from_dict(policy, legacy_currency=legacy),
         ))

@@ -3,7 +3,7 @@
 - rows: ``make_tenant``, ``make_subject``, ``make_token``, ``make_capability``, ``make_grant``,
   ``make_staff``, ``make_approver`` (staff with a personal token, allowed to approve);
   permissions: ``allow_approving``, ``allow_resolving`` (a (tenant, ToolSpec) pair);
-- ToolSpecs: ``make_toolspec`` (the weather tool by default), ``make_demo_spec`` (API.md's demo
+- ToolSpecs: ``make_toolspec`` (the weather tool by default), ``make_demo_spec`` (the demo
   set, optionally copied under another name or changed), ``make_calendar_spec`` (a small calendar
   tool with two properties);
 - calls: ``admit_proposal`` (one proposal through the admission service), ``Agent`` (an API
@@ -111,7 +111,7 @@ def demo_toolspec_data(*, name: str) -> dict:
 
 def make_demo_spec(*, name: str, version: int = 1, copy_as: str | None = None, four_eyes: bool = False,
                    **overrides) -> ToolSpec:
-    """Publish ``version`` of the demo ToolSpec ``name`` (API.md), creating its capabilities.
+    """Publish ``version`` of the demo ToolSpec ``name`` (docs/reference/demo.md), creating its capabilities.
 
     ``copy_as`` publishes it under another name; ``four_eyes`` adds ``four_eyes_resolution`` to
     its confirmation policy; other keywords replace fields (``expired_key_policy=...``).

@@ -7,13 +7,16 @@
 * ``broker_on_private_redis`` (a fixture; import it into the test module) — the Celery app and
   the shared cache moved onto a ``private_redis()`` for one test, so it can stop the broker;
 * ``gunicorn_server(env)`` — the production web process (``toolops.gunicorn_conf``) on a free
-  port, with the given environment on top of this one.
+  port, with the given environment on top of this one;
+* ``make_run()`` — ``PORT=<free> make run`` as a newcomer runs it: embedded defaults (SQLite, the
+  filesystem broker) in a fresh var/ directory, every demo server on its port derived from PORT.
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -130,6 +133,81 @@ def gunicorn_server(env: dict[str, str], *, workers: int = 1, threads: int = 4, 
             proc.kill()
             proc.wait()
         log.unlink(missing_ok=True)
+
+
+# `make run` derives its other servers' ports from PORT (run_console.DEMO_PORT_OFFSETS).
+MAKE_RUN_OFFSETS = (1, 765, 766)
+# What would point `make run` away from its embedded defaults.
+NOT_EMBEDDED = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DB_POOL", "CONN_MAX_AGE", "TOOLOPS_MCP_URL",
+                "TOOLOPS_CONSOLE_URL", "TOOLOPS_DEMO_SERVICES_URL", "TOOLOPS_DEMO_NOTES_MCP_URL", "TOOLOPS_EGRESS_ALLOW")
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def free_port_with_neighbours() -> int:
+    """A free port p whose `make run` neighbours (p+1, p+765, p+766) are free too."""
+    for _ in range(50):
+        port = free_port()
+        if port + max(MAKE_RUN_OFFSETS) <= 65535 and all(_port_is_free(port + o) for o in MAKE_RUN_OFFSETS):
+            return port
+    raise RuntimeError("no free port with free neighbours")
+
+
+class MakeRun:
+    def __init__(self, port: int, var: Path, proc: subprocess.Popen):
+        self.port, self.var, self.proc = port, var, proc
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = var / "make_run.log"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def token(self) -> str:
+        return (self.var / "demo_token").read_text().strip()
+
+    def answers(self, url: str) -> bool:
+        """True once ``url`` answers below 500; fails at once if `make run` exited."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"make run exited ({self.proc.returncode}):\n{self.output()[-3000:]}")
+        try:
+            return requests.get(url, timeout=2).status_code < 500
+        except requests.RequestException:
+            return False
+
+
+@contextlib.contextmanager
+def make_run(*, worker: bool = True, timeout: float = 180):
+    """``PORT=<free> make run`` from the repository's root, with this interpreter (``-o`` keeps make
+    from building a virtualenv), until the console answers — and, with ``worker``, until the Celery
+    worker is ready. Stopped with Ctrl-C (SIGINT to its process group), as a person stops it."""
+    var = Path(tempfile.mkdtemp(prefix="toolops-make-run-"))
+    port = free_port_with_neighbours()
+    env = {k: v for k, v in os.environ.items() if k not in NOT_EMBEDDED}
+    env.update(TOOLOPS_VAR_DIR=str(var), DEBUG="0", PORT=str(port))
+    command = ["make", "-s", "-o", ".venv/.installed", "run", f"PY={sys.executable}"]
+    if not worker:
+        command.append("RUN_ARGS=--no-worker")
+    with (var / "make_run.log").open("wb") as out:
+        proc = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    run = MakeRun(port, var, proc)
+    try:
+        wait_for(lambda: run.answers(f"{run.url}/login/"), timeout=timeout, what="make run's console")
+        if worker:
+            wait_for(lambda: run.answers(run.url) and " ready." in run.output(), timeout=timeout,
+                     what="make run's Celery worker")
+        yield run
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(var, ignore_errors=True)
 
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")

@@ -1,4 +1,4 @@
-"""Deploy hardening from the environment (README "Production path"): `check --deploy` is clean
+"""Deploy hardening from the environment (docs/how-to/deploy.md): `check --deploy` is clean
 with the documented production variables, the HTTPS settings take effect behind a proxy, API
 tokens are rate-limited (429 problem+json) and failed admin logins are throttled."""
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.builders import Agent, make_token
 from tests.conftest import REPO_ROOT
 from tests.servers import gunicorn_server
 
-# The production variables as the README documents them (plus a real secret key and host).
+# The production variables as docs/how-to/deploy.md documents them (plus a real secret key and host).
 PRODUCTION_ENV = {
     "DEBUG": "0",
     "ALLOWED_HOSTS": "toolops.example.com",

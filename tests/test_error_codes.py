@@ -1,5 +1,6 @@
-"""Every error code ToolOps raises is in ``toolops.error_codes``, in the OpenAPI schema and in the
-README's "Error codes" table (issue 13 item 9): the source is scanned, so the lists can't drift.
+"""Every error code ToolOps raises is in ``toolops.error_codes`` and in the OpenAPI schema (issue 13
+item 9): the source is scanned, so the lists can't drift. The error-codes page of the docs is
+generated from the same module (tests/test_docs_reference.py).
 
 The scan reads every first-party module with ``ast`` and collects string constants in the places
 a code is written: ``code=`` / ``deny_code=`` / ``error_code=`` keywords, ``"code"`` /
@@ -173,16 +174,6 @@ def test_an_operation_lists_the_codes_it_raises(schema, operation, status, code)
     assert code in _operation_codes(schema)[f"{operation} {status}"]
 
 
-def test_the_readme_table_lists_every_code_once_per_surface():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Error codes"):]
-    section = section[:section.index("\n## ", 1)]
-    api, recorded, console = re.split(r"\n\*\*(?:Recorded outcomes|Decisions by people)\*\*", section)
-    for part, table in ((api, error_codes.HTTP), (recorded, error_codes.INVOCATION), (console, error_codes.CONSOLE)):
-        rows = re.findall(r"^\| `([a-z0-9_]+)` \|", part, flags=re.MULTILINE)
-        assert sorted(rows) == sorted(table), sorted(set(rows) ^ set(table))
-
-
 def test_a_code_is_registered_once_even_when_two_surfaces_show_it():
     """The Approvals API and the console refuse a person's decision with the same codes: each is one
     ``DECISIONS`` entry (same status, meaning and action) listed in both tables, never two definitions
@@ -199,12 +190,3 @@ def test_a_code_is_registered_once_even_when_two_surfaces_show_it():
     for code in {c for c in written if written.count(c) > 1}:
         assert code in error_codes.HTTP and code in error_codes.INVOCATION and code not in error_codes.CONSOLE, (
             code, [name for name, table in tables.items() if code in table])
-
-
-def test_the_readme_rows_of_a_shared_code_say_the_same_in_both_tables():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Error codes"):]
-    section = section[:section.index("\n## ", 1)]
-    for entry in error_codes.DECISIONS:
-        row = f"| `{entry.code}` | {entry.status} | {entry.meaning} | {entry.action} |"
-        assert section.count(row) == 2, row

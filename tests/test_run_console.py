@@ -12,7 +12,7 @@ from pathlib import Path
 import requests
 
 from tests.conftest import REPO_ROOT
-from tests.servers import free_port, wait_for
+from tests.servers import free_port, make_run, wait_for
 
 
 def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
@@ -35,7 +35,7 @@ def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
             except requests.RequestException:
                 return False
 
-        wait_for(up, timeout=60, what="run_console")
+        wait_for(up, timeout=180, what="run_console")  # Django starts slowly on a loaded 2-core machine
         assert "gunicorn" in log.read_text()
         css = requests.get(base + "/static/admin/css/base.css", timeout=5)
         assert css.status_code == 200 and css.headers["Content-Type"].startswith("text/css")
@@ -62,3 +62,21 @@ def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+
+def test_make_run_serves_the_console_on_PORT_and_moves_every_demo_address_with_it():
+    with make_run(worker=False) as run:
+        port = run.port
+        printed = run.output()
+        for url in (f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{port + 1}/mcp", f"http://127.0.0.1:{port + 765}",
+                    f"http://127.0.0.1:{port + 766}/mcp"):
+            assert url in printed, (url, printed)
+        wait_for(lambda: run.answers(f"http://127.0.0.1:{port + 765}/"), timeout=30, what="the demo services")
+        wait_for(lambda: run.answers(f"http://127.0.0.1:{port + 766}/_control/notes"), timeout=30,
+                 what="the demo MCP server")
+        metadata_url = f"http://127.0.0.1:{port + 1}/.well-known/oauth-protected-resource/mcp"
+        wait_for(lambda: run.answers(metadata_url), timeout=30, what="the MCP server")
+        metadata = requests.get(metadata_url, timeout=5).json()
+        assert metadata["resource"] == f"http://127.0.0.1:{port + 1}/mcp"
+        assert [u.rstrip("/") for u in metadata["authorization_servers"]] == [f"http://127.0.0.1:{port}"]

@@ -1,13 +1,15 @@
 """OpenAPI pieces shared by every API view: the problem document and its responses.
 
 Each operation lists the problem responses it can give, with the stable ``code`` values a
-client can branch on (API.md) as an enum per status; the media type is
+client can branch on (docs/reference/errors.md) as an enum per status; the media type is
 ``application/problem+json``. Every code must be one of ``toolops.error_codes.HTTP`` (with that
 status): a code listed here but missing there fails at import, so the lists cannot drift.
 """
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.negotiation import DefaultContentNegotiation
 
 from toolops import error_codes
 from toolops.problems import PROBLEM_CONTENT_TYPE
@@ -54,3 +56,14 @@ def _problem_schema(codes: list[str]) -> dict:
     """The Problem document narrowed to this response's codes."""
     return {"allOf": [{"$ref": "#/components/schemas/Problem"},
                       {"type": "object", "properties": {"code": {"type": "string", "enum": list(codes)}}}]}
+
+
+class SchemaView(SpectacularAPIView):
+    """``/api/schema/``: ``?format=json`` (or ``yaml``) picks the schema's encoding.
+
+    The API turns DRF's ``?format=`` override off (there it means openai, anthropic or mcp), so
+    this view reads it itself; without it, the ``Accept`` header decides (YAML for ``*/*``)."""
+
+    class content_negotiation_class(DefaultContentNegotiation):
+        def select_renderer(self, request, renderers, format_suffix=None):
+            return super().select_renderer(request, renderers, format_suffix or request.query_params.get("format"))

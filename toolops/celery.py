@@ -106,7 +106,7 @@ def _worker_keeps_its_connection(**kwargs) -> None:
 def _recycle_db_connections(task=None, **kwargs) -> None:
     """Treat a task like a Django request: keep the connection unless it is broken or older
     than ``CONN_MAX_AGE`` (Celery's own fixup, switched off by ``CELERY_DB_REUSE_MAX``, closes
-    it around every task: a fresh PostgreSQL connection each time, BASELINES.md). A connection
+    it around every task: a fresh PostgreSQL connection each time, docs/explanation/benchmarks.md). A connection
     that raised (the database restarted) is closed here when unusable, and the next task's first
     query health-checks a kept one (``conn_health_checks``), so a restart costs one task's
     attempt at most, never the worker."""

@@ -1,4 +1,4 @@
-"""Database triggers that enforce SPEC invariants wherever the write comes from.
+"""Database triggers that enforce the lifecycle's invariants wherever the write comes from.
 
 Generated from the same data the Python code uses (the transition table, the states admission
 can stop in, the immutable ToolSpec columns), for PostgreSQL and SQLite:

@@ -1,6 +1,6 @@
 """The egress steps that do I/O, shared by every way ToolOps opens a connection to a tool.
 
-SPEC §5 Egress: http(s) only, the host resolved **once**, every address checked against the
+docs/concepts/admission.md Egress: http(s) only, the host resolved **once**, every address checked against the
 deny-list (loopback, private, link-local, … opened only by a grant or the operator naming that
 IP and port) and the connection made to the checked address. The HTTP executor
 (``invocations_app.http_client``), the MCP executor (``invocations_app.mcp_upstream``) and the

@@ -15,9 +15,9 @@ document and the console as a message — is one ``DECISIONS`` entry listed in `
 except the few whose HTTP problem and recorded outcome are different events (``unknown_tool``,
 ``budget_exhausted``, ``rate_limited``, ``digest_mismatch``).
 
-The OpenAPI schema (``toolops.api_schema``), the README table and
-``tests/test_error_codes.py`` (which scans the source for every code raised) are all checked
-against this module, so the lists cannot drift apart. Pure data; no Django import.
+The OpenAPI schema (``toolops.api_schema``) and ``tests/test_error_codes.py`` (which scans the
+source for every code raised) are checked against this module, and the docs' error-codes page is
+generated from it (``docs/gen/reference.py``), so the lists cannot drift apart. Pure data; no Django import.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ HTTP: dict[str, ErrorCode] = {c.code: c for c in [
     ErrorCode("no_result", 409, "the invocation has no stored result to page through", "read the tool message instead"),
     ErrorCode("no_binary_result", 409, "the invocation's result is not binary", "read the tool message instead"),
     ErrorCode("transition_conflict", 409, "another writer moved the invocation at the same moment", "re-read the invocation; retry if still meaningful"),
-    # The Approvals API (people with personal tokens; API.md "Approvals API"); its decision
+    # The Approvals API (people with personal tokens; docs/reference/approvals-api.md); its decision
     # refusals are the shared DECISIONS, added below.
     ErrorCode("edit_not_authorized", 400, "the agent's grants would not allow the edited call (`reasons`); nothing changed", "edit within the grants, or deny"),
     ErrorCode("digest_mismatch", 409, "the digest you sent is not the one awaiting approval (`digest`): the arguments changed, nothing approved", "review the call again and approve what you see"),

@@ -5,7 +5,7 @@ from typing import Any
 
 
 class ApplicationError(Exception):
-    """An expected error of the API itself, with a stable ``code`` (see API.md)."""
+    """An expected error of the API itself, with a stable ``code`` (docs/reference/errors.md)."""
 
     status = 400
     code = "bad_request"

@@ -4,7 +4,7 @@ Pure data, importable from settings. ``SafeJSONObject`` documents run ``metadata
 object whose strings and keys hold no NUL character (PostgreSQL's jsonb cannot store one).
 ``Problem`` is the RFC 9457 body every error response extends with its own ``code`` enum;
 ``ProblemCode`` and ``ConsoleErrorCode`` list those codes of ``toolops.error_codes``
-(README: "Error codes"); ``InvocationErrorCodeEnum`` is generated from the serializer.
+(the docs' error-codes page); ``InvocationErrorCodeEnum`` is generated from the serializer.
 """
 from toolops import error_codes
 
@@ -27,7 +27,7 @@ SCHEMAS = {
     },
     "ProblemCode": {
         "type": "string", "enum": sorted(error_codes.HTTP),
-        "description": "the stable code of an API error; README 'Error codes' says what each means and what to do",
+        "description": "the stable code of an API error; the docs' error-codes page says what each means and what to do",
     },
     "ConsoleErrorCode": {
         "type": "string", "enum": sorted(error_codes.CONSOLE),

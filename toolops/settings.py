@@ -130,7 +130,7 @@ if DB_POOL and not 1 <= DB_POOL_OPTIONS["min_size"] <= DB_POOL_OPTIONS["max_size
     raise ImproperlyConfigured("DB_POOL_MIN_SIZE must be >= 1 and <= DB_POOL_MAX_SIZE")
 try:
     # Without a pool, persistent connections: a fresh PostgreSQL connection per request/task
-    # costs ~4 ms of server CPU (see BASELINES.md); health checks drop dead ones transparently.
+    # costs ~4 ms of server CPU (docs/explanation/benchmarks.md); health checks drop dead ones transparently.
     DATABASES = {
         "default": dj_database_url.parse(
             DATABASE_URL, conn_max_age=0 if DB_POOL else UNPOOLED_CONN_MAX_AGE, conn_health_checks=True
@@ -190,7 +190,7 @@ SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 
 # --- Deployment behind a TLS proxy (all off by default: `make run` is plain HTTP) ----------
-# README "Production path" lists the values `check --deploy` wants.
+# docs/how-to/deploy.md lists the values `check --deploy` wants.
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
@@ -316,13 +316,13 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 TOOLOPS_PARSER_MAX_BYTES = env_int("TOOLOPS_PARSER_MAX_BYTES", 1024 * 1024)
 TOOLOPS_PARSER_MAX_DEPTH = env_int("TOOLOPS_PARSER_MAX_DEPTH", 64)
 TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
-# Binary results (SPEC §10: references with an expiry) are served from their result URL this long;
+# Binary results (docs/concepts/results.md: references with an expiry) are served from their result URL this long;
 # then the beat's purge (every TOOLOPS_BINARY_PURGE_SECONDS, 300) drops their bytes, at most
 # TOOLOPS_BINARY_PURGE_BATCH rows per transaction, and the URL answers 410 result_expired.
 TOOLOPS_BINARY_RETENTION_SECONDS = env_int("TOOLOPS_BINARY_RETENTION_SECONDS", 86400)
 TOOLOPS_BINARY_PURGE_BATCH = env_int("TOOLOPS_BINARY_PURGE_BATCH", 500)
 # The currency of grant amount limits and approval-policy thresholds saved before they named one
-# (README "Amount limits carry their currency"); new ones must name theirs.
+# (docs/reference/approval-policies.md); new ones must name theirs.
 TOOLOPS_LEGACY_AMOUNT_CURRENCY = os.environ.get("TOOLOPS_LEGACY_AMOUNT_CURRENCY", "EUR").strip().upper()
 # Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
 TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
@@ -365,7 +365,7 @@ except ValueError:
 if not isinstance(TOOLOPS_MCP_RUN_BUDGETS, dict):
     raise ImproperlyConfigured("TOOLOPS_MCP_RUN_BUDGETS must be a JSON object")
 # Read-only calls that need no confirmation execute in the MCP process itself (the same
-# execution service and record as a worker; see README "MCP front door"), at most
+# execution service and record as a worker; see docs/reference/mcp.md), at most
 # TOOLOPS_MCP_INLINE_MAX at once per process (the rest go to the workers), so slow remotes
 # never hold every database thread.
 TOOLOPS_MCP_INLINE_READS = env_bool("TOOLOPS_MCP_INLINE_READS", True)
@@ -418,7 +418,7 @@ if CELERY_BROKER_URL.startswith("redis"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 # Celery's Django fixup closes every database connection before and after each task, or
 # every CELERY_DB_REUSE_MAX tasks when set: set out of reach, and toolops/celery.py recycles a
-# connection as Django does per request, when broken or older than CONN_MAX_AGE (BASELINES.md:
+# connection as Django does per request, when broken or older than CONN_MAX_AGE (docs/explanation/benchmarks.md:
 # a fresh PostgreSQL connection per task is the difference between ~715 and ~220 tasks/s).
 CELERY_DB_REUSE_MAX = 2**62
 
@@ -433,7 +433,7 @@ TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://
 TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = env_int("TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS", 5)
 if TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS < 0:
     raise ImproperlyConfigured("TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS must be 0 or more")
-# Egress (SPEC §5): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
+# Egress (docs/concepts/admission.md): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
 # (nothing is open by default, the demo services and the demo notes MCP server neither: `make run`
 # adds both addresses for the processes it starts). A model-supplied URL needs a grant
 # naming the address instead. The MCP executor, `mcp_import` and the upstream refresh obey it too.

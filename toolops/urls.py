@@ -1,8 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
+from toolops.api_schema import SchemaView
 from toolops.middleware import problem_response
 from toolops.throttling import ThrottledAdminAuthenticationForm
 
@@ -18,7 +19,7 @@ def api_not_found(request, rest=""):
 
 urlpatterns = [
     path("api/v1/", include("toolops.api_urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(), name="api-schema"),
     # Swagger UI from drf-spectacular-sidecar's static files; its init script is a separate
     # request (?script), so the page runs under the Content-Security-Policy without inline code.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),

@@ -1,4 +1,4 @@
-"""The record of one call (``/console/calls/<id>/``): the eight answers of SPEC §12 on one page.
+"""The record of one call (``/console/calls/<id>/``): the eight answers of docs/concepts/record.md on one page.
 
 Open to superusers, to staff with the model permission ``invocations_app.view_invocation``, and
 to approvers/resolvers of the call's tool (``console.selectors.record_visible_to``).

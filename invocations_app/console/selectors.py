@@ -8,7 +8,7 @@ superusers see all. (The scope is the product of the two sets: holding both tool
 tenants A, B covers all four pairs — give a person who must differ per tenant separate rights
 through groups.) Listing and deciding use the same scope, so a row a queue does not show cannot
 be decided by posting the form directly. The record page reads one invocation and everything
-that answers the eight questions of SPEC §12 in a fixed number of queries, whatever the number
+that answers the eight questions of docs/concepts/record.md in a fixed number of queries, whatever the number
 of attempts, events or messages. Nothing here writes.
 """
 from __future__ import annotations
@@ -309,7 +309,7 @@ class Message:
 
 @dataclass
 class CallRecord:
-    """Everything the record page shows, in the order of SPEC §12's questions."""
+    """Everything the record page shows, in the order of docs/concepts/record.md's questions."""
 
     invocation: Invocation
     # 1. which ToolSpec the model saw
@@ -401,7 +401,7 @@ def _grant_ids(authorization: dict) -> list[str]:
 
 
 def model_calls_including(*, invocation: Invocation) -> list[ModelCall]:
-    """Model calls of the invocation's run whose ``context`` lists it (API.md ``context``), oldest first.
+    """Model calls of the invocation's run whose ``context`` lists it (the API's ``context``), oldest first.
 
     PostgreSQL answers with jsonb containment; SQLite's JSON1 has no containment lookup, so
     there we filter the run's model calls in Python (a run has at most its model-call budget).

@@ -1,4 +1,4 @@
-"""The support console: the unknown-outcome queue and its actions (SPEC §7).
+"""The support console: the unknown-outcome queue and its actions (docs/concepts/lifecycle.md).
 
 Thin views: reads through ``console.selectors``, decisions through the domain's ``resolutions``.
 Every view runs inside ``admin.site.admin_view`` (active staff login, CSRF, never cached). Who sees

@@ -1,7 +1,7 @@
 """tools/list and tools/call on the domain services (synchronous: run via ``db.in_db_thread``).
 
 tools/list records a ModelCall (format ``mcp``) with the exact visible set it answers, so a
-later tools/call is resolved against the run's most recent ModelCall and SPEC §2 invariant 2
+later tools/call is resolved against the run's most recent ModelCall and docs/concepts/lifecycle.md invariant 2
 holds for MCP clients as for REST ones. tools/call hands the exact bytes of ``arguments`` to
 ``proposal_admit``; what comes back to the client is the recorded MCP tool message.
 """

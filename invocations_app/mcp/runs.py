@@ -1,4 +1,4 @@
-"""Which Run an MCP request belongs to (README "MCP front door" documents the rule).
+"""Which Run an MCP request belongs to (docs/reference/mcp.md documents the rule).
 
 1. ``_meta["dev.toolops/run"]`` names a run of this subject: that run (REST-created runs, with
    their budgets, timezone and locale, can be driven by an MCP client this way).

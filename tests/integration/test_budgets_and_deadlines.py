@@ -1,4 +1,5 @@
-"""Run budgets and call deadlines end to end (issue 13 items 2 and 3; SPEC §5, §9, §11).
+"""Run budgets and call deadlines end to end (issue 13 items 2 and 3;
+docs/concepts/execution.md).
 
 Real PostgreSQL, Redis, a Celery worker with beat and the demo services over HTTP:
 
@@ -63,7 +64,7 @@ def _propose(agent, call: dict, name: str, arguments: str, proposal_id: str):
                       {"proposal_id": proposal_id, "name": name, "arguments": arguments})
 
 
-# --- budget semantics (SPEC §11: refuses *further* work) ---------------------------------------
+# --- budget semantics (docs/concepts/execution.md: refuses *further* work) -----------------------
 
 def test_ten_concurrent_proposals_against_three_tool_calls_run_three_and_refuse_seven(demo_agent, worker):
     run, call = _call(demo_agent, [WEATHER], budgets={"tool_calls": 3})
@@ -146,7 +147,7 @@ def test_cost_is_what_the_tool_reports_and_a_result_over_it_stands(demo_agent, d
     assert refused.status_code == 429 and refused.json()["budget"] == "cost"
 
 
-# --- deadlines (SPEC §5, §9) ------------------------------------------------------------------
+# --- deadlines (docs/concepts/execution.md) ---------------------------------------------------------
 
 def test_unlimited_attempts_stop_at_the_deadline(demo_agent, demo_services, worker):
     spec = make_demo_spec(name="web.fetch", copy_as="web.fetch_unlimited",

@@ -1,5 +1,6 @@
-"""The worker re-checks the digest before sending (SPEC §2 invariant 3, §6): arguments changed in
-the database after a human approved them are never sent.
+"""The worker re-checks the digest before sending (docs/concepts/lifecycle.md invariant 3,
+docs/concepts/confirmation.md): arguments changed in the database after a human approved them are never
+sent.
 
 Real parts: PostgreSQL, Redis, a `celery worker -B` process started *after* the tampering, and
 the demo calendar service over HTTP, whose request log proves nothing was sent.

@@ -60,13 +60,13 @@ def test_it_runs_the_spec_14_example_end_to_end(demo_agent, worker, demo_service
     assert body["tool_call_id"] == "call_1"
     assert event_id in body["content"]
     sent = demo_services.requests_log("calendar")
-    # The remote sees the key derived per tenant (SPEC §8), never the runtime's raw key.
+    # The remote sees the key derived per tenant (docs/concepts/execution.md), never the runtime's raw key.
     assert {r.get("idempotency_key") for r in sent if r.get("method") == "POST"} == {remote_key_of(inv["id"])}
 
 
 @pytest.mark.django_db(transaction=True)
 def test_it_reconciles_a_dropped_response_into_one_committed_event(demo_agent, worker, demo_services):
-    """SPEC §13 row 6: commit, then drop the response → OUTCOME_UNKNOWN → lookup → COMMITTED."""
+    """docs/concepts/failures.md row 6: commit, then drop the response → OUTCOME_UNKNOWN → lookup → COMMITTED."""
     demo_services.fault("calendar", fault="commit_then_drop")
     inv = _propose(demo_agent, "calendar.create_event@1", CALENDAR_ARGS)
     _approve(inv["id"])
@@ -102,7 +102,7 @@ def test_it_leaves_an_unsafe_payment_unknown_when_the_answer_is_lost(demo_agent,
 
 @pytest.mark.django_db(transaction=True)
 def test_it_carries_the_callers_trace_to_events_worker_logs_and_the_tool(demo_agent, worker, demo_services):
-    """SPEC §12: one traceparent from the agent runtime, seen everywhere the call went."""
+    """docs/concepts/record.md: one traceparent from the agent runtime, seen everywhere the call went."""
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     headers = {"HTTP_TRACEPARENT": f"00-{trace_id}-00f067aa0ba902b7-01"}
     inv = _propose(demo_agent, "calendar.create_event@1", CALENDAR_ARGS, headers=headers)
@@ -121,7 +121,7 @@ def test_it_carries_the_callers_trace_to_events_worker_logs_and_the_tool(demo_ag
 
 @pytest.mark.django_db(transaction=True)
 def test_it_answers_the_eight_questions_of_the_record_for_the_spec_14_call(demo_agent, worker):
-    """SPEC §12 through the API, for the §14 example."""
+    """docs/concepts/record.md through the API, for the worked example of docs/concepts/lifecycle.md."""
     import base64
 
     from invocations_app.models import ToolMessage

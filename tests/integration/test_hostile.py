@@ -126,7 +126,7 @@ def test_it_gives_two_tenants_sharing_a_key_two_independent_events(demo_agent, w
     recorded = [Attempt.objects.get(invocation_id=i).remote_key for i in (first["id"], second["id"])]
     assert sent == recorded and len(set(sent)) == 2 and "shared-key-1" not in sent
     assert all(k.startswith("tk1-") for k in sent)
-    # The call record shows each tenant the key its remote was sent (API.md attempts[]).
+    # The call record shows each tenant the key its remote was sent (the API's attempts[]).
     assert [a["attempts"][0]["remote_key"], b["attempts"][0]["remote_key"]] == recorded
 
 

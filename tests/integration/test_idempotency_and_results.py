@@ -1,6 +1,7 @@
-"""Idempotency keys (SPEC §8, §13 row 7), cancellation (SPEC §7, §13 row 9) and results back to
-the model (SPEC §10, §13 row 8) through the REST API, against real parts: PostgreSQL, a Celery
-worker on Redis, the demo services over HTTP. Nothing is mocked.
+"""Idempotency keys (docs/concepts/execution.md), cancellation (docs/concepts/lifecycle.md) and results
+back to the model (docs/concepts/results.md) — rows 7 to 9 of the failure table (docs/concepts/failures.md)
+— through the REST API, against real parts: PostgreSQL, a Celery worker on Redis, the demo services
+over HTTP. Nothing is mocked.
 """
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def _strings(node, inside_untrusted: bool = False):
 
 
 # ============================================================================================
-# 1. Idempotency-key contract (SPEC §8, failure row 7)
+# 1. Idempotency-key contract (docs/concepts/execution.md, failure row 7)
 # ============================================================================================
 
 @pytest.mark.django_db(transaction=True)
@@ -326,7 +327,7 @@ def test_fifty_concurrent_posts_with_one_key_make_one_call_and_one_event(demo_ag
 
 
 # ============================================================================================
-# 2. Cancellation (SPEC §7, failure row 9)
+# 2. Cancellation (docs/concepts/lifecycle.md, failure row 9)
 # ============================================================================================
 
 @pytest.mark.django_db(transaction=True)
@@ -402,7 +403,7 @@ def test_cancel_during_an_in_flight_write_is_recorded_and_the_committed_effect_s
 
     wait_for(in_flight, timeout=20, interval=0.05)
     resp = demo_agent.post(f"/api/v1/invocations/{inv['id']}/cancel", {"reason": "too late?"})
-    assert resp.status_code == 202, resp.content  # API.md: accepted, honoured only if nothing commits
+    assert resp.status_code == 202, resp.content  # the cancel contract: accepted, honoured only if nothing commits
     assert resp.json()["state"] == "EXECUTING" and resp.json()["cancel_requested"] is True
     assert Invocation.objects.get(pk=inv["id"]).cancel_requested_at is not None
 
@@ -449,7 +450,7 @@ def test_after_the_commit_cancel_is_refused_and_a_terminal_call_emits_nothing_mo
 
 
 # ============================================================================================
-# 3. Results back to the model (SPEC §10)
+# 3. Results back to the model (docs/concepts/results.md)
 # ============================================================================================
 
 @pytest.mark.django_db(transaction=True)

@@ -1,5 +1,6 @@
-"""SPEC §7 / §9 / §13 row 6 with real parts: every retry-matrix cell the demo services can
-provoke, and a worker pool process killed with SIGKILL in the middle of an attempt.
+"""docs/concepts/lifecycle.md and failures.md (the retry matrix, failure table row 6) with real parts:
+every retry-matrix cell the demo services can provoke, and a worker pool process killed with SIGKILL in
+the middle of an attempt.
 
 Everything goes through the agent API, a real ``celery worker -B`` subprocess (Redis broker,
 PostgreSQL) and the demo services over HTTP with injected faults; nothing is mocked. What was
@@ -137,7 +138,7 @@ def _tool_message(agent, invocation_id: str, fmt: str) -> dict:
 
 
 def _assert_attempt_trace(agent, invocation_id: str) -> list[dict]:
-    """SPEC §9 last line: every attempt, backoff and jitter is an event, with the attempt id.
+    """docs/concepts/failures.md last line: every attempt, backoff and jitter is an event, with the attempt id.
 
     * one ``attempt_started`` per attempt, carrying its number and attempt id (= span id);
     * one ``attempt_ended`` per failed attempt, carrying the outcome and the full decision;
@@ -170,7 +171,7 @@ def _assert_attempt_trace(agent, invocation_id: str) -> list[dict]:
 
 
 def _assert_traceparents(requests_log: list[dict], invocation_id: str, method: str = "POST") -> None:
-    """Each outbound attempt carried its own attempt's traceparent (SPEC §12)."""
+    """Each outbound attempt carried its own attempt's traceparent (docs/concepts/record.md)."""
     inv = Invocation.objects.get(pk=invocation_id)
     spans = [a.span_id for a in inv.attempts.order_by("number")]
     sent = [r["traceparent"] for r in requests_log if r["method"] == method]
@@ -295,7 +296,7 @@ def test_503_on_write_unsafe_is_unknown_and_never_resent(demo_agent, worker, dem
 
 
 def test_timeout_on_write_idempotent_is_reconciled_by_lookup_into_the_one_event(demo_agent, worker, demo_services):
-    """SPEC §13 row 6 with a real client timeout: the service commits, then answers after the
+    """docs/concepts/failures.md row 6 with a real client timeout: the service commits, then answers after the
     client gave up (3 s > 1 s attempt timeout) → OUTCOME_UNKNOWN → lookup → COMMITTED, same id."""
     _spec_copy("calendar.create_event", "calendar.create_event_fast",
                timeout_policy={"attempt_timeout_seconds": 1, "deadline_seconds": 600})
@@ -419,7 +420,7 @@ def test_provably_never_reached_is_retried_within_budget_for_every_class(
 # --- retry budget on the "5xx from a write_idempotent" path ------------------------------------
 
 def test_503s_on_write_idempotent_respect_maximum_attempts(demo_agent, worker, demo_services):
-    """SPEC §9 '429 / transient 5xx × write_idempotent: backoff, same key' within the ToolSpec's
+    """docs/concepts/failures.md '429 / transient 5xx × write_idempotent: backoff, same key' within the ToolSpec's
     budget. With maximum_attempts=2 and two 503s queued, at most 2 POSTs may be sent; the lookup
     proves nothing was created, so the call ends FAILED_BEFORE_COMMIT (budget spent). Today the
     second attempt's own decision says stop/max_attempts, and a third POST is sent anyway."""

@@ -1,4 +1,4 @@
-"""JSONTestSuite through the whole API (SPEC §3 layer 1), on a sample: n_ files are recorded
+"""JSONTestSuite through the whole API (docs/concepts/admission.md layer 1), on a sample: n_ files are recorded
 PARSE_REJECTED, y_ files get past the parser — except the two duplicate-key files, which are
 must-reject for us — and i_ files are decided as the parser decides them.
 

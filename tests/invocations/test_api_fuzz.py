@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-# Where admission of a read-only tool settles (SPEC §2): a rejection terminal, or AUTHORIZED.
+# Where admission of a read-only tool settles (docs/concepts/lifecycle.md): a rejection terminal, or AUTHORIZED.
 ADMISSION_OUTCOMES = {"PARSE_REJECTED", "VALIDATION_REJECTED", "AUTHORIZED", "AUTHORIZATION_REJECTED"}
 VISIBLE_NAMES = {"weather.get_forecast@1", "weather-get_forecast_v1"}
 GOOD_ARGS = '{"city": "Paris", "date": "2026-07-20"}'

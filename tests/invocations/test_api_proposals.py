@@ -1,4 +1,4 @@
-"""Admission through the REST API: SPEC §13 rows 1–3, digests, replay rules, shapes, auth."""
+"""Admission through the REST API: docs/concepts/failures.md rows 1–3, digests, replay rules, shapes, auth."""
 from __future__ import annotations
 
 import base64
@@ -40,7 +40,7 @@ def test_it_validates_a_good_proposal_and_records_every_layer(agent, weather):
 
 
 def test_it_rejects_an_unknown_version_with_the_visible_names(agent, weather):
-    """SPEC §13 row 1: no near-name matching, and the answer lists what *was* visible."""
+    """docs/concepts/failures.md row 1: no near-name matching, and the answer lists what *was* visible."""
     make_toolspec(version=2)
     _, call = _call(agent, tools=["weather.get_forecast@1"])
     for name in ("weather.get_forecast@2", "weather-get_forecast_v2", "weather.get_forecast", "weather-get_forecast_v01"):
@@ -52,7 +52,7 @@ def test_it_rejects_an_unknown_version_with_the_visible_names(agent, weather):
 
 
 def test_it_rejects_an_extra_field_by_additional_properties(agent, weather):
-    """SPEC §13 row 2."""
+    """docs/concepts/failures.md row 2."""
     _, call = _call(agent)
     inv = agent.propose(
         call["id"], name="weather.get_forecast@1", arguments='{"city":"Paris","date":"2026-07-20","units":"metric"}'
@@ -64,7 +64,7 @@ def test_it_rejects_an_extra_field_by_additional_properties(agent, weather):
 
 
 def test_it_catches_a_bad_date_in_the_semantic_layer_when_format_assertion_is_off(agent, weather):
-    """SPEC §13 row 3: the schema passes (format is an annotation), the date normalizer catches it."""
+    """docs/concepts/failures.md row 3: the schema passes (format is an annotation), the date normalizer catches it."""
     _, call = _call(agent)
     inv = agent.propose(call["id"], name="weather.get_forecast@1", arguments='{"city":"Paris","date":"2026-02-30"}').json()
     assert inv["state"] == "VALIDATION_REJECTED"
@@ -224,3 +224,11 @@ def test_it_serves_an_openapi_schema_and_docs(client):
     paths = json.loads(schema.content)["paths"]
     assert "/api/v1/model-calls/{model_call_id}/proposals" in paths
     assert client.get("/api/docs/").status_code == 200
+
+
+def test_it_serves_the_schema_as_json_when_asked_with_format_json(client):
+    as_json = client.get("/api/schema/?format=json")
+    assert as_json.status_code == 200 and "json" in as_json["Content-Type"]
+    assert json.loads(as_json.content)["openapi"].startswith("3.")
+    as_yaml = client.get("/api/schema/?format=yaml")
+    assert as_yaml.status_code == 200 and as_yaml.content.startswith(b"openapi: 3.")

@@ -1,4 +1,4 @@
-"""`audit_invariants` (SPEC §2): it finds every kind of stored violation, and nothing in clean data.
+"""`audit_invariants` (docs/concepts/lifecycle.md): it finds every kind of stored violation, and nothing in clean data.
 
 The base data is written through the real services (admission, authorization, confirmation,
 execution with the in-process ``python`` executors of ``tests.builders.ServiceWorld``, reconciliation, cancel, approve

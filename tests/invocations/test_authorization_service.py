@@ -1,4 +1,5 @@
-"""The authorization service (SPEC §5, §13 row 4): VALIDATED → AUTHORIZED / AUTHORIZATION_REJECTED.
+"""The authorization service (docs/concepts/admission.md, failure table row 4): VALIDATED → AUTHORIZED /
+AUTHORIZATION_REJECTED.
 
 Driven through the agent API (``Agent``) so the response bytes can be checked for leaks; the
 decision is taken by ``invocations_app.authorization.invocation_authorize`` right after
@@ -194,7 +195,7 @@ def test_it_denies_when_the_grant_is_for_another_operation_class():
     assert codes(inv) == ["no_grant"]
 
 
-# --- SPEC §13 row 4: identity claimed in the arguments ------------------------------------------
+# --- docs/concepts/failures.md row 4: identity claimed in the arguments ------------------------------------------
 
 PLAIN = '{"calendar_id": "primary"}'
 

@@ -1,4 +1,4 @@
-"""Run budgets (SPEC §11): counted exactly, refusals recorded, exhaustion ends the Run and refuses
+"""Run budgets (docs/concepts/execution.md): counted exactly, refusals recorded, exhaustion ends the Run and refuses
 *further* work — admitted calls are never undone; only the wall clock cancels."""
 from __future__ import annotations
 

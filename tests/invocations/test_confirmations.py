@@ -1,4 +1,5 @@
-"""Human confirmation bound to a digest (SPEC §6, §13 row 5): approve, deny, expire, single use."""
+"""Human confirmation bound to a digest (docs/concepts/confirmation.md, failure table row 5): approve, deny,
+expire, single use."""
 from __future__ import annotations
 
 import json
@@ -75,7 +76,7 @@ def bob(django_user_model):
     return django_user_model.objects.create_user("bob", password="x")
 
 
-# --- SPEC §13 row 5: the approval is bound to the digest -----------------------------------------
+# --- docs/concepts/failures.md row 5: the approval is bound to the digest -----------------------------------------
 
 
 @pytest.mark.django_db

@@ -383,7 +383,7 @@ def test_it_looks_up_then_resends_a_calendar_call_with_the_same_key_creating_one
 def test_it_prefills_mark_committed_from_a_lookup_that_finds_the_effect(demo_services):
     calendar = make_demo_spec(name="calendar.create_event")
     unknown = make_unknown(make_planner(), calendar, CALENDAR_ARGS)
-    # The first attempt did reach the calendar (under the key derived for the tenant, SPEC §8);
+    # The first attempt did reach the calendar (under the key derived for the tenant, docs/concepts/execution.md);
     # only its response was lost.
     created = requests.post(
         f"{demo_services}/calendar/calendars/primary/events", timeout=5,

@@ -1,4 +1,4 @@
-"""The transition service and the DB trigger behind it: only SPEC §2 edges, one winner per race;
+"""The transition service and the DB trigger behind it: only docs/concepts/lifecycle.md edges, one winner per race;
 and the log a read-only call leaves on its way through the worker."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Workers keep their database connection between tasks (BASELINES.md: ~220 vs ~715 tasks/s).
+"""Workers keep their database connection between tasks (docs/explanation/benchmarks.md: ~220 vs ~715 tasks/s).
 
 Celery's Django fixup closes every connection around every task unless ``CELERY_DB_REUSE_MAX``
 is set; ``toolops/celery.py`` recycles a connection the way Django does per request instead.

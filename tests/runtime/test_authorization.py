@@ -1,4 +1,4 @@
-"""Authorization (SPEC §5): a pure decision over grant snapshots — no DB, no Django."""
+"""Authorization (docs/concepts/admission.md): a pure decision over grant snapshots — no DB, no Django."""
 from __future__ import annotations
 
 import inspect

@@ -1,4 +1,4 @@
-"""RFC 8785 canonical JSON and the invocation digest (SPEC §4): vectors, properties, the pre-image."""
+"""RFC 8785 canonical JSON and the invocation digest (docs/concepts/admission.md): vectors, properties, pre-image."""
 from __future__ import annotations
 
 import hashlib

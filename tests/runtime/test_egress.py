@@ -1,4 +1,4 @@
-"""Egress policy (SPEC §5): schemes, URL scopes, the address deny-list and its explicit openers."""
+"""Egress policy (docs/concepts/admission.md): schemes, URL scopes, the address deny-list and its explicit openers."""
 from __future__ import annotations
 
 import pytest

@@ -9,7 +9,7 @@ from toolops.runtime.parser import ParseRejected, parse_strict
 CORPUS_DIR = CORPORA / "jsontestsuite" / "test_parsing"
 FILES = sorted(p.name for p in CORPUS_DIR.iterdir()) if CORPUS_DIR.is_dir() else []
 
-# SPEC §3: duplicate member names are must-reject for ToolOps, though RFC 8259 tolerates them.
+# docs/concepts/admission.md: duplicate member names are must-reject for ToolOps, though RFC 8259 tolerates them.
 Y_REJECTED = {"y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"}
 
 # Our decision for every implementation-defined file, and why:

@@ -1,4 +1,4 @@
-"""Text or bytes (SPEC §10): a body is text only when its type says so and it decodes strictly."""
+"""Text or bytes (docs/concepts/results.md): a body is text only when its type says so and it decodes strictly."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Semantic normalizers (SPEC §3 layer 3): fixed-context, deterministic, never guessing."""
+"""Semantic normalizers (docs/concepts/admission.md layer 3): fixed-context, deterministic, never guessing."""
 from __future__ import annotations
 
 import copy
@@ -21,7 +21,7 @@ from toolops.runtime.normalizers import (
 )
 
 SHANGHAI = "Asia/Shanghai"
-# Sunday 2026-07-19, 14:00 in Shanghai (the SPEC §3 example clock).
+# Sunday 2026-07-19, 14:00 in Shanghai (the docs/concepts/admission.md example clock).
 SPEC_CLOCK = datetime.fromisoformat("2026-07-19T14:00:00+08:00")
 
 

@@ -1,4 +1,4 @@
-"""Remote idempotency keys (SPEC §8): deterministic, per tenant and tool, keyed, never the raw key."""
+"""Remote idempotency keys (docs/concepts/execution.md): deterministic, per tenant and tool, never the raw key."""
 from __future__ import annotations
 
 import pytest

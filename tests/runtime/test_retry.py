@@ -1,4 +1,4 @@
-"""The retry matrix of SPEC §9: every cell, backoff, jitter, Retry-After, deadline and budgets."""
+"""The retry matrix of docs/concepts/failures.md: every cell, backoff, jitter, Retry-After, deadline and budgets."""
 from __future__ import annotations
 
 import json
@@ -77,7 +77,7 @@ def test_it_decides_each_cell_of_the_matrix(failure_class, side_effect_class):
 
 
 def test_it_never_blindly_retries_a_write_that_may_have_committed():
-    # The two cells SPEC §7 is about: a 5xx or a timeout on a write without an idempotency key.
+    # The two cells docs/concepts/lifecycle.md is about: a 5xx or a timeout on a write without an idempotency key.
     for failure in ("transient", "timeout_unknown"):
         assert decide(failure_class=failure, side_effect_class="write_unsafe").action == Action.RECONCILE
 

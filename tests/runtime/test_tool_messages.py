@@ -1,4 +1,4 @@
-"""Results back to the model (SPEC §10): shapes, truncation + paging, untrusted text, redaction."""
+"""Results back to the model (docs/concepts/results.md): shapes, truncation + paging, untrusted text, redaction."""
 from __future__ import annotations
 
 import json

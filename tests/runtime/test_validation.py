@@ -1,4 +1,4 @@
-"""Structural validation (SPEC §3 layer 2): publish-time refusals and call-time issues."""
+"""Structural validation (docs/concepts/admission.md layer 2): publish-time refusals and call-time issues."""
 from __future__ import annotations
 
 import socket

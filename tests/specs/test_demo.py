@@ -1,4 +1,4 @@
-"""`manage.py load_demo`: idempotent demo data — tenant, agent + token, admin, the four ToolSpecs of API.md."""
+"""`manage.py load_demo`: idempotent demo data — tenant, agent + token, admin, the four demo ToolSpecs."""
 from __future__ import annotations
 
 import io
@@ -100,7 +100,7 @@ def test_it_lets_the_token_list_exactly_the_four_tools(fmt):
 
 
 def test_it_lets_the_token_run_the_quick_start_proposal():
-    """README quick start: the demo agent proposes a weather forecast for tomorrow."""
+    """The quick start (README, docs/getting-started.md): the demo agent proposes a forecast for tomorrow."""
     _load(token=TOKEN, admin_password=PASSWORD)
     agent = Agent(APIClient(), TOKEN)
     run = agent.run()

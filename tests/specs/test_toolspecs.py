@@ -1,4 +1,4 @@
-"""ToolSpec lifecycle (SPEC §1): checked at publish time, immutable once published, versioned, retired."""
+"""ToolSpec lifecycle (docs/concepts/index.md): checked at publish, immutable once published, versioned, retired."""
 from __future__ import annotations
 
 import pytest

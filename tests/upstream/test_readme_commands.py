@@ -1,4 +1,4 @@
-"""The README's "Governing an MCP server" in three commands, run as written."""
+"""The tutorial "Put an MCP server behind ToolOps" (docs/tutorials/mcp-server.md) in three commands, as written."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""The admission pipeline of SPEC §3–4 as a pure function: bytes in, a plan of transitions out.
+"""The admission pipeline of docs/concepts/admission.md–4 as a pure function: bytes in, a plan of transitions out.
 
 ``admit`` never touches a database. It parses, validates, normalizes and digests, and returns
 the ordered state transitions the service must record (PROPOSED → PARSED → VALIDATED, or the

@@ -1,11 +1,11 @@
-"""Authorization (SPEC §5): a pure decision over a snapshot of runtime grants.
+"""Authorization (docs/concepts/admission.md): a pure decision over a snapshot of runtime grants.
 
 ``authorize(requirements=..., grants=..., ctx=...)`` answers ``allow``, ``confirm`` or ``deny``
 and returns every reason behind the answer. It never sees the model's arguments: the caller
 resolves the resource / amount / datetime values the ToolSpec points at (from the *normalized*
 arguments) into ``Requirement`` objects, and the subject and tenant come from the caller's token
 via ``AuthContext``. So an argument such as ``"role": "admin"`` or ``"as_user": "root"`` is data
-that cannot reach this function, let alone change its answer (SPEC §13).
+that cannot reach this function, let alone change its answer (docs/concepts/failures.md).
 
 Rules, in the order they are applied:
 

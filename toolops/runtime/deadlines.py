@@ -1,4 +1,4 @@
-"""A call's deadline (SPEC §5, §9) and a ToolSpec's ``timeout_policy``, as pure decisions.
+"""A call's deadline (docs/concepts/execution.md) and a ToolSpec's ``timeout_policy``, as pure decisions.
 
 Every invocation gets one wall-clock deadline when it is released to execute: at admission
 for a call that needs nobody, at approval for one that waited for a person (a confirmation

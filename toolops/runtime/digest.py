@@ -1,4 +1,4 @@
-"""Canonical JSON (RFC 8785) and the invocation digest of SPEC §4."""
+"""Canonical JSON (RFC 8785) and the invocation digest of docs/concepts/admission.md."""
 from __future__ import annotations
 
 import hashlib

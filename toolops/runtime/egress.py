@@ -1,4 +1,4 @@
-"""Egress policy (SPEC §5): where an executor may send a request, decided before it is sent.
+"""Egress policy (docs/concepts/admission.md): where an executor may send a request, decided before it is sent.
 
 Pure decisions; the worker does the I/O (``invocations_app/http_client.py``):
 

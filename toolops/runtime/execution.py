@@ -1,6 +1,6 @@
 """What an executor reports about one attempt, and how an HTTP status maps onto it (pure).
 
-The commit boundary belongs to the tool's protocol (SPEC §7): a 2xx from a write API means the
+The commit boundary belongs to the tool's protocol (docs/concepts/lifecycle.md): a 2xx from a write API means the
 effect exists; a refusal before processing (429, 4xx) means it does not; anything where the
 request may have reached the tool but no answer came back (timeouts, dropped connections,
 5xx for writes) is *unknown* — never "not executed".

@@ -1,5 +1,5 @@
 """Which strings of an external result are free text, and so reach the model wrapped as untrusted
-data (SPEC §10), and which are identifiers, enum members or formatted values that pass as they are.
+data (docs/concepts/results.md), and which are identifiers, enum members or formatted values that pass as they are.
 
 Wrapping an id turns ``"note_7"`` into an object the model cannot hand back as an argument, and
 breaks a result's ``outputSchema``; wrapping free text is the point. A string under an untrusted

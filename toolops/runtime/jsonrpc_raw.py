@@ -1,4 +1,4 @@
-"""The exact bytes of one member of a JSON-RPC message, as they arrived (SPEC §1: a proposal's
+"""The exact bytes of one member of a JSON-RPC message, as they arrived (docs/concepts/index.md: a proposal's
 ``arguments_bytes`` are what the model produced, never a re-serialization).
 
 An MCP ``tools/call`` carries the model's arguments as a JSON *value* inside the JSON-RPC body

@@ -1,4 +1,4 @@
-"""Text or bytes? How a response body reaches the model (SPEC §10: binary results are references).
+"""Text or bytes? How a response body reaches the model (docs/concepts/results.md: binary results are references).
 
 A body is text only when its media type says so (``text/*``, JSON, XML, and the like — or no
 type at all) *and* it decodes strictly in its declared charset (UTF-8 when none is named)

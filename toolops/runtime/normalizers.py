@@ -1,4 +1,4 @@
-"""Semantic normalizers (SPEC §3, layer 3): turn relative argument values into explicit ones.
+"""Semantic normalizers (docs/concepts/admission.md, layer 3): turn relative argument values into explicit ones.
 
 A ToolSpec points fields at registry entries by RFC 6901 JSON pointer (``FieldRule``). Every
 normalizer is a pure function of ``(value, NormalizationContext, options)``: it never reads the

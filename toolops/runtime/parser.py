@@ -1,4 +1,4 @@
-"""The strict JSON parser of SPEC §3 layer 1: bytes → one JSON value, or a ``ParseRejected``.
+"""The strict JSON parser of docs/concepts/admission.md layer 1: bytes → one JSON value, or a ``ParseRejected``.
 
 Stricter than RFC 8259 where the runtime needs it. Each rejection carries a stable ``reason``:
 

@@ -1,4 +1,4 @@
-"""The idempotency key a remote sees (SPEC §8): derived per tenant, never the runtime's raw key.
+"""The idempotency key a remote sees (docs/concepts/execution.md): derived per tenant, never the runtime's raw key.
 
 Remote key spaces are shared by every tenant of ToolOps, so the raw key (``req-42``) would let
 tenant B replay tenant A's effect — or learn that A used the key. The remote key is

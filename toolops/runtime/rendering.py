@@ -1,7 +1,7 @@
 """ToolSpecs rendered as OpenAI / Anthropic / MCP tool definitions, and the exact name mapping.
 
 A model sees one *model-facing name* per tool; the runtime thinks in ``name@version``. The
-mapping between the two is a bijection (SPEC §2 invariant 2: no fuzzy or "latest" matching):
+mapping between the two is a bijection (docs/concepts/lifecycle.md invariant 2: no fuzzy or "latest" matching):
 
     name@version                      model-facing name
     calendar.create_event@1    <->    calendar-create_event_v1

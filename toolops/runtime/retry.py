@@ -1,4 +1,4 @@
-"""The retry matrix of SPEC §9 as one pure decision: what to do after a failed attempt.
+"""The retry matrix of docs/concepts/failures.md as one pure decision: what to do after a failed attempt.
 
 ``decide_retry`` looks at how the attempt failed (``failure_class``), what the tool may have
 done to the world (``side_effect_class``), how many attempts were made, the ToolSpec's
@@ -22,10 +22,10 @@ Why each cell:
 
 * ``not_reached`` means the request provably never left for the executor (DNS failure,
   connection refused, circuit open), so nothing can have committed: every class may retry
-  with backoff. SPEC's "retry, carefully" for ``write_unsafe`` is the same bounded backoff;
+  with backoff. The retry matrix's "retry, carefully" for ``write_unsafe`` is the same bounded backoff;
   the care lies in the caller only classifying a failure as ``not_reached`` with proof.
 * ``rate_limited`` is a 429: a refusal *before* processing. For ``write_unsafe`` this answers
-  SPEC's "first decide whether it may have committed" with "it did not", so it retries too.
+  the matrix's "first decide whether it may have committed" with "it did not", so it retries too.
   ``write_idempotent`` retries re-send the *same* idempotency key (the caller reuses it).
 * ``transient`` is a 5xx: the tool may have committed and then failed. Re-sending with the
   same key is safe for ``write_idempotent``; for ``write_unsafe`` a blind retry could

@@ -1,4 +1,4 @@
-"""Every form a credential can take on its way back from a hostile remote (SPEC §10, issue 11).
+"""Every form a credential can take on its way back from a hostile remote (docs/concepts/results.md, issue 11).
 
 A tool that echoes its ``Authorization`` header back rarely echoes it verbatim: it shows up
 base64'd inside a longer blob, hex-dumped, upper-cased, percent-encoded or as JSON ``\\uXXXX``

@@ -1,4 +1,4 @@
-"""The invocation state machine of SPEC §2, as data.
+"""The invocation state machine (docs/concepts/lifecycle.md), as data.
 
 Every write of ``Invocation.state`` is checked against ``TRANSITIONS`` twice: by the
 transition service before it issues the conditional UPDATE, and by a database trigger
@@ -53,7 +53,7 @@ TRANSITIONS: dict[State, frozenset[State]] = {
 # States with no way out. OUTCOME_UNKNOWN is *not* terminal: reconciliation moves it on.
 TERMINAL: frozenset[State] = frozenset(s for s, targets in TRANSITIONS.items() if not targets)
 
-# The effect may exist from here on; nothing may turn these into "did not happen" (SPEC §2 inv. 5).
+# The effect may exist from here on; nothing may turn these into "did not happen" (docs/concepts/lifecycle.md inv. 5).
 AT_OR_AFTER_COMMIT: frozenset[State] = frozenset({S.COMMITTED, S.OBSERVED, S.FAILED_AFTER_COMMIT})
 
 # Where an invocation can be born: where admission stops — a rejection, VALIDATED (recorded
@@ -64,7 +64,7 @@ BIRTH_STATES: frozenset[State] = frozenset({
     S.PARSE_REJECTED, S.VALIDATION_REJECTED, S.VALIDATED, S.AUTHORIZATION_REJECTED, S.AUTHORIZED, S.PREPARED,
 })
 
-# Cancel is honoured only before the commit boundary (SPEC §7).
+# Cancel is honoured only before the commit boundary (docs/concepts/lifecycle.md).
 CANCELLABLE: frozenset[State] = frozenset(
     s for s, targets in TRANSITIONS.items() if S.CANCELLED_BEFORE_COMMIT in targets
 )
@@ -75,7 +75,7 @@ ALL_EDGES: frozenset[tuple[State, State]] = frozenset(
 
 
 def is_allowed(src: str, dst: str) -> bool:
-    """True when SPEC §2 allows ``src → dst``; unknown state names are never allowed."""
+    """True when docs/concepts/lifecycle.md allows ``src → dst``; unknown state names are never allowed."""
     try:
         return State(dst) in TRANSITIONS[State(src)]
     except ValueError:

@@ -1,4 +1,4 @@
-"""Tool results encoded as the tool message a model reads (SPEC §10).
+"""Tool results encoded as the tool message a model reads (docs/concepts/results.md).
 
 ``encode_result`` turns one ``ToolResult`` into the JSON object the model sees (the *payload*)
 and its exact bytes; ``render_openai`` / ``render_anthropic`` / ``render_mcp`` wrap it in each
@@ -176,7 +176,7 @@ class ResultPolicy:
     # either keeps what it read, marked truncated, or fails the call (``oversize``).
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     oversize: str = "truncate"
-    # Which strings of a result are outside text (SPEC §10, "untrusted by default"):
+    # Which strings of a result are outside text (docs/concepts/results.md, "untrusted by default"):
     # "external" — everything an external executor (HTTP, MCP) returns, JSON included, and what
     # an in-process executor reports; "none" — the ToolSpec vouches for its source (opt-out);
     # a list of JSON pointers — exactly those.

@@ -1,4 +1,4 @@
-"""Structural validation of tool arguments (SPEC §3, layer 2): JSON Schema bound to a dialect.
+"""Structural validation of tool arguments (docs/concepts/admission.md, layer 2): JSON Schema bound to a dialect.
 
 Pure Python on top of ``jsonschema`` + ``referencing``, with three corrections where stock
 ``jsonschema`` departs from the specification:
@@ -553,7 +553,7 @@ class CompiledValidator:
         return self._validator.is_valid(instance)
 
     def record(self) -> dict:
-        """What SPEC §3 asks to store: validator name + version, dialect, format assertion."""
+        """What docs/concepts/admission.md asks to store: validator name + version, dialect, format assertion."""
         return {
             "validator": VALIDATOR_NAME,
             "validator_version": VALIDATOR_VERSION,

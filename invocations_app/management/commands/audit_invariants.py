@@ -1,4 +1,4 @@
-"""`manage.py audit_invariants`: report every stored violation of SPEC §2's invariants.
+"""`manage.py audit_invariants`: report every stored violation of docs/concepts/lifecycle.md's invariants.
 
 Exit status 0 when the audited history is clean, 1 when any violation was found (also 1, with
 a message, for bad arguments). Violations go to stdout — one line each, or one JSON document
@@ -18,7 +18,7 @@ from invocations_app.audit import DEFAULT_CHUNK_SIZE, KINDS, audit, parse_since
 
 class Command(BaseCommand):
     help = (
-        "Scan invocations and their event logs for violations of SPEC §2 (edges, authorization, "
+        "Scan invocations and their event logs for violations of the lifecycle's invariants (edges, authorization, "
         "confirmation digests, commits undone, digest reproducibility, events after terminal, seq gaps). "
         "Exits 1 when any is found."
     )

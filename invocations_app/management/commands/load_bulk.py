@@ -89,7 +89,7 @@ class Plan:
 
     def step(self, to_state: str, kind: str, data: dict, at_ms: float, actor: str = "system", span: str | None = None):
         src = self.state
-        if src and src != to_state and not is_allowed(src, to_state):  # never load an edge SPEC §2 forbids
+        if src and src != to_state and not is_allowed(src, to_state):  # never load an edge the state table forbids
             raise CommandError(f"bulk loader planned an invalid edge {src} -> {to_state}")
         if src in TERMINAL:
             raise CommandError(f"bulk loader planned an event after the terminal state {src}")

@@ -16,10 +16,35 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from specs_app.demo import load_demo
 from toolops.egress_net import allow_with
+
+
+# `make run` on another port: PORT moves the console, and every other address the demo listens on
+# keeps its distance from it, so PORT=8000 gives exactly the defaults (8001, 8765, 8766).
+DEMO_PORT_OFFSETS = {"TOOLOPS_MCP_URL": ("http://127.0.0.1:{port}/mcp", 1),
+                     "TOOLOPS_DEMO_SERVICES_URL": ("http://127.0.0.1:{port}", 765),
+                     "TOOLOPS_DEMO_NOTES_MCP_URL": ("http://127.0.0.1:{port}/mcp", 766)}
+
+
+def demo_addresses(environ: dict[str, str], addr: str | None = None) -> dict[str, str]:
+    """Where ``make run`` listens: ``addr`` (the console) and the URLs of the other processes.
+
+    The console's port is ``--addr``'s, else ``PORT``, else 8000; the MCP server and the two
+    demo servers follow it at fixed offsets. A URL variable set explicitly wins over the derived one."""
+    addr = addr or f"127.0.0.1:{environ.get('PORT') or '8000'}"
+    host, _, raw = addr.rpartition(":")
+    highest = 65535 - max(offset for _, offset in DEMO_PORT_OFFSETS.values())
+    if not (host and raw.isdigit() and 0 < int(raw) <= highest):
+        raise CommandError(f"console address {addr!r}: give HOST:PORT with a port from 1 to {highest} "
+                           "(the demo also listens on PORT+1, PORT+765 and PORT+766)")
+    port = int(raw)
+    urls = {name: environ.get(name) or template.format(port=port + offset)
+            for name, (template, offset) in DEMO_PORT_OFFSETS.items()}
+    console = (environ.get("TOOLOPS_CONSOLE_URL") or f"http://{addr}").rstrip("/")
+    return {"addr": addr, "TOOLOPS_CONSOLE_URL": console, **urls}
 
 
 def mcp_command(python: str) -> list[str]:
@@ -44,11 +69,18 @@ class Command(BaseCommand):
     help = "Load the demo data and run the web console/API, the MCP server, the demo services, a Celery worker and beat until Ctrl-C."
 
     def add_arguments(self, parser):
-        parser.add_argument("--addr", default="127.0.0.1:8000")
+        parser.add_argument("--addr", help="where the console listens (default 127.0.0.1:$PORT, PORT defaulting to 8000)")
         parser.add_argument("--no-worker", action="store_true", help="run only the web process")
         parser.add_argument("--dev", action="store_true", help="Django's runserver instead of gunicorn (development only)")
 
     def handle(self, *args, addr, no_worker, dev, **options):
+        addresses = demo_addresses(os.environ, addr)
+        addr = addresses.pop("addr")
+        # Before the demo data (its grants pin the demo services' address) and before any child
+        # process starts (each reads these from its environment).
+        for name, url in addresses.items():
+            os.environ[name] = url
+            setattr(settings, name, url)
         token_file = settings.VAR_DIR / "demo_token"
         if not token_file.exists():
             token_file.write_text("tko_demo_" + secrets.token_urlsafe(24))
@@ -82,16 +114,18 @@ class Command(BaseCommand):
             ))
         self.stdout.write(self.style.SUCCESS(f"\nToolOps console:  http://{addr}/"))
         self.stdout.write(f"API docs:         http://{addr}/api/docs/")
+        self.stdout.write(f"console URL:      {settings.TOOLOPS_CONSOLE_URL} (TOOLOPS_CONSOLE_URL, in links and MCP metadata)")
         self.stdout.write(f"MCP server:       {settings.TOOLOPS_MCP_URL} (Authorization: Bearer <the API token>)")
         self.stdout.write(f"demo services:    {settings.TOOLOPS_DEMO_SERVICES_URL} (calendar, payments, web pages)")
-        self.stdout.write(f"demo MCP server:  {settings.TOOLOPS_DEMO_NOTES_MCP_URL} (notes; govern it: README, "
-                          "'Governing an MCP server')")
+        self.stdout.write(f"demo MCP server:  {settings.TOOLOPS_DEMO_NOTES_MCP_URL} (notes; govern it: docs, "
+                          "tutorials/mcp-server.md)")
         self.stdout.write(f"egress allow-list: {allow} (TOOLOPS_EGRESS_ALLOW, for the demo's processes only; nothing "
                           "is open by default)")
         self.stdout.write(f"admin login:      {info['admin']} / admin (change it: manage.py changepassword admin)")
         self.stdout.write(f"demo API token:   {token}")
         self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")
         self.stdout.write(f"web server:       {'runserver (--dev)' if dev else 'gunicorn (toolops/gunicorn_conf.py)'}")
+        self.stdout.write("PORT=<n> make run moves the console to n and the others to n+1, n+765, n+766.")
         self.stdout.write("Ctrl-C stops everything.\n")
         try:
             while all(p.poll() is None for p in procs):
