@@ -5,8 +5,8 @@
 Pure core only (``toolops.runtime``; no database, no broker). The message is a fetched web
 page as the HTTP executor hands it over: a title, ~12 KB of prose with HTML entities,
 percent-encoded links and numbers, 40 links, a few numbers — every string untrusted, as for any
-external executor; and the same page with 4,000 Chinese characters for prose (no ASCII fast
-path). The policy carries ``--secrets`` configured tool credentials of the demo's shape
+external executor; the same page with 4,000 Chinese characters for prose (no ASCII fast
+path); and a JSON API's list of 300 small records (many short strings). The policy carries ``--secrets`` configured tool credentials of the demo's shape
 (``demo-cal-`` + 24 URL-safe characters), so every string and number is searched for every
 secret in every form the matcher knows; none occurs (the common case). A last run puts one
 secret into the page, split by a space and a zero-width space (the rare case that builds the
@@ -51,6 +51,13 @@ def page(rng: random.Random, *, leak: str = "", chinese: bool = False) -> dict:
             "text": prose, "links": links, "fetched_bytes": 48213, "elapsed_ms": 183.5}
 
 
+def records(rng: random.Random) -> dict:
+    """A JSON API's answer: 300 small objects, short strings, numbers, a literal."""
+    return {"customers": [{"id": f"cus_{rng.randrange(10**9)}", "name": f"Customer {i}", "email": f"user{i}@example.org",
+                           "score": rng.randrange(100), "active": True, "tags": ["vip", "eu"], "city": "Lyon"}
+                          for i in range(300)]}
+
+
 def secrets_for(rng: random.Random, n: int) -> tuple[str, ...]:
     alphabet = string.ascii_letters + string.digits + "-_"
     return tuple("demo-cal-" + "".join(rng.choice(alphabet) for _ in range(24)) for _ in range(n))
@@ -75,7 +82,7 @@ def main() -> None:
     rng = random.Random(20260720)
     secrets = secrets_for(rng, args.secrets)
     policy = ResultPolicy(max_bytes=1 << 20, secrets=secrets)
-    clean, leaking, chinese = page(rng), page(rng, leak=secrets[0]), page(rng, chinese=True)
+    clean, leaking, chinese, listing = page(rng), page(rng, leak=secrets[0]), page(rng, chinese=True), records(rng)
 
     def encode(value):
         return encode_result(ToolResult(status="ok", value=value, untrusted_text_pointers=("",)),
@@ -91,6 +98,8 @@ def main() -> None:
     print(f"no secret in the page:    {median_us(lambda: encode(clean), n=args.n, blocks=args.blocks):8.0f} us per message")
     print(f"the same, in Chinese:     {median_us(lambda: encode(chinese), n=args.n, blocks=args.blocks):8.0f} us per message "
           f"({len(encode(chinese).payload_bytes)} bytes)")
+    print(f"300 small records:        {median_us(lambda: encode(listing), n=max(1, args.n // 10), blocks=args.blocks):8.0f} us per message "
+          f"({len(encode(listing).payload_bytes)} bytes, every string wrapped as untrusted)")
     leaked = encode(leaking)
     if not leaked.payload.get("redactions"):  # before issue 29 the split secret went through
         print("split secret in the page: NOT redacted")
