@@ -22,12 +22,18 @@ def _logger(stream: io.StringIO) -> logging.Logger:
     return logger
 
 
-def test_it_redacts_every_encoding_in_messages_arguments_and_tracebacks(settings):
+def _logging_forms(settings, forms) -> tuple[logging.Logger, io.StringIO]:
+    """A logger with the filter, ``SECRET`` configured, and one warning logged per form."""
     settings.TOOLOPS_TOOL_SECRETS = {"X": SECRET}
     stream = io.StringIO()
     logger = _logger(stream)
-    for form in encoded_variants(SECRET).values():
-        logger.warning("remote said %s", form)
+    for form in forms:
+        logger.warning("remote said %s.", form)
+    return logger, stream
+
+
+def test_it_redacts_every_encoding_in_messages_arguments_and_tracebacks(settings):
+    logger, stream = _logging_forms(settings, encoded_variants(SECRET).values())
     logger.info("blob " + base64.b64encode(b"Authorization: Bearer " + SECRET.encode() + b"\r\n").decode())
     try:
         raise ValueError(f"boom {SECRET.upper()}")
@@ -41,11 +47,7 @@ def test_it_redacts_every_encoding_in_messages_arguments_and_tracebacks(settings
 
 def test_it_redacts_a_disguised_credential(settings):
     """Issue 29: base32, nested encodings, HTML entities, separators, fullwidth (docs/redaction.md)."""
-    settings.TOOLOPS_TOOL_SECRETS = {"X": SECRET}
-    stream = io.StringIO()
-    logger = _logger(stream)
-    for form in disguised_encodings(SECRET).values():
-        logger.warning("remote said %s.", form)
+    _, stream = _logging_forms(settings, disguised_encodings(SECRET).values())
     assert stream.getvalue().count("[REDACTED]") == len(disguised_encodings(SECRET)), stream.getvalue()
     window = 16
     assert not [f for f in disguised_encodings(SECRET).values()
