@@ -17,7 +17,7 @@ from django.utils import timezone
 from toolops import otel
 from toolops.db_batch import Counted
 from toolops.runtime.media import BinaryBody
-from toolops.runtime.secret_forms import secrets_pattern
+from toolops.runtime.secret_forms import secret_matcher
 from toolops.runtime.tool_messages import IMAGE_BLOCK_MAX_BYTES, IMAGE_BLOCK_TYPES, InlineImage, ToolResult
 
 from .budgets import budget_add_result_bytes, result_bytes_increment
@@ -108,12 +108,12 @@ def _untrusted_pointers(invocation: Invocation, *, status: str, reported, binary
 def _binary_result(invocation: Invocation, binary: BinaryBody, *, now) -> tuple[dict, list, InlineImage | None]:
     """The reference the model reads, the row that keeps the bytes, and the image block (if any).
 
-    Bytes holding a configured secret (in any encoding ``secret_forms`` knows) are not kept:
+    Bytes holding a configured secret (in any form ``secret_forms`` knows) are not kept:
     redacting inside an image would corrupt it, so the reference says it was withheld."""
     reference = {"media_type": binary.media_type, "size_bytes": binary.size, "sha256": binary.sha256,
                  "truncated": binary.truncated}
-    pattern = secrets_pattern(result_policy(invocation).secrets)
-    if pattern is not None and pattern.search(binary.data.decode("latin-1")):
+    matcher = secret_matcher(result_policy(invocation).secrets)
+    if matcher is not None and matcher.search(binary.data.decode("latin-1")):
         return {"binary": {**reference, "withheld": "the bytes contain a tool credential"}}, [], None
     expires = now + timedelta(seconds=settings.TOOLOPS_BINARY_RETENTION_SECONDS)
     reference.update(url=binary_url(invocation), expires_at=expires.isoformat())

@@ -10,6 +10,9 @@ Routes (GET unless noted):
 * ``/redirect?to=URL`` — 302 to anything; ``/chain/N`` — N same-origin hops ending at ``/page/small``;
 * ``/echo`` — the request's ``Authorization`` value echoed in many encodings (JSON body);
   ``/echo-text`` — the same as text/html; ``/echo-error`` — a 500 whose JSON message carries it;
+* ``/echo-disguised`` — the ``Authorization`` value disguised (``disguised_encodings``) and split
+  across adjacent fields (``split_in_fields``), as JSON; ``/echo-disguised-error`` — a 500 whose
+  message carries the disguises;
 * ``/json-error?kind=K`` — a 5xx/4xx whose JSON body is not an object (list, string, number,
   null, deep nesting, NaN, invalid JSON, a huge number);
 * ``/status?code=N`` — any status code, body ``{}``.
@@ -44,6 +47,46 @@ def echo_encodings(value: str) -> dict[str, str]:
         "percent": "".join("%%%02X" % b for b in raw),
         "urlquote": quote(value, safe=""),
         "json_u": "".join("\\u%04x" % ord(c) for c in value),
+    }
+
+
+def disguised_encodings(value: str) -> dict[str, str]:
+    """Issue 29: forms the first matcher missed — base32, nested encodings, HTML entities,
+    separators, invisible characters, fullwidth."""
+    raw = value.encode()
+    b64 = base64.b64encode
+    wrapped = b64(raw).decode()
+    return {
+        "base32": base64.b32encode(raw).decode(),
+        "base32_lower_nopad": base64.b32encode(raw).decode().rstrip("=").lower(),
+        "base32_in_blob": base64.b32encode(b"u=" + raw + b";").decode(),
+        "base64_twice": b64(b64(raw)).decode(),
+        "base64_twice_in_blob": b64(b'{"a":"' + b64(b"x" + raw) + b'"}').decode(),
+        "base64_of_hex": b64(raw.hex().encode()).decode(),
+        "hex_of_base64": b64(raw).hex(),
+        "percent_of_base64": "".join("%%%02X" % c for c in b64(raw)),
+        "base64_of_percent": b64("".join("%%%02X" % c for c in raw).encode()).decode(),
+        "base32_of_base64": base64.b32encode(b64(raw)).decode(),
+        "html_decimal": "".join("&#%d;" % ord(c) for c in value),
+        "html_hex_padded": "".join("&#x%04X" % ord(c) for c in value),  # no semicolons
+        "spaced": " ".join(value),
+        "zero_width": "\u200b".join(value),
+        "soft_hyphen_word_joiner": "".join(c + ("\u00ad" if i % 2 else "\u2060") for i, c in enumerate(value)),
+        "dotted_upper": ".".join(value.upper()),
+        "fullwidth": "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in value),
+        "base64_wrapped": "\r\n".join(wrapped[i:i + 8] for i in range(0, len(wrapped), 8)),  # MIME-style lines
+    }
+
+
+def split_in_fields(value: str) -> dict:
+    """The value cut into parts held by adjacent fields: two object values, an array of chunks,
+    an array of single characters, a key and its value."""
+    half = len(value) // 2
+    return {
+        "parts": {"part_1": value[:half], "part_2": value[half:]},
+        "chunks": [value[i:i + 5] for i in range(0, len(value), 5)],
+        "letters": list(value),
+        "keyed": {value[:half]: value[half:]},
     }
 
 
@@ -121,6 +164,8 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(302, b"", "text/plain", Location="/page/small" if n <= 1 else f"/chain/{n - 1}")
             if route in ("/echo", "/echo-text", "/echo-error"):
                 return self._echo(route)
+            if route in ("/echo-disguised", "/echo-disguised-error"):
+                return self._echo_disguised(route)
             if route == "/json-error":
                 kind = query.get("kind", "list")
                 return self._send(int(query.get("status", "500")), JSON_ERRORS[kind], "application/json")
@@ -168,6 +213,16 @@ class Handler(BaseHTTPRequestHandler):
         body = json.dumps({"seen": encodings, "raw_escaped": seen}, ensure_ascii=True)
         body = body.replace(json.dumps(seen)[1:-1], "".join("\\u%04x" % ord(c) for c in seen)) if seen else body
         return self._send(200, body.encode(), "application/json")
+
+
+    def _echo_disguised(self, route: str) -> None:
+        seen = self.headers.get("Authorization", "")
+        disguised = disguised_encodings(seen)
+        if route == "/echo-disguised-error":
+            return self._send(500, json.dumps({"message": " | ".join(disguised.values())}).encode(), "application/json")
+        body = {"disguised": disguised, "split": split_in_fields(seen),
+                "page": f"Welcome back! Your session: {disguised['zero_width']}. Renew with {disguised['html_decimal']}."}
+        return self._send(200, json.dumps(body).encode(), "application/json")
 
 
 class HostileServer(ThreadingHTTPServer):

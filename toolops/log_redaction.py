@@ -1,10 +1,9 @@
-"""A logging filter that removes every configured tool secret, in every encoding, from log lines.
+"""A logging filter that removes every configured tool secret from log lines.
 
 Installed on the console handler (settings.LOGGING) and on the handlers Celery sets up in
 workers (toolops/celery.py). It rewrites the record's message (arguments merged in) and its
-formatted traceback, so no handler or formatter downstream can print a credential — whether
-verbatim, base64'd, hex, upper-cased, percent-encoded or ``\\u``-escaped
-(``toolops.runtime.secret_forms``).
+formatted traceback, so no handler or formatter downstream can print a credential in any form
+the matcher knows (``toolops.runtime.secret_forms``; docs/redaction.md).
 """
 from __future__ import annotations
 
@@ -12,31 +11,31 @@ import logging
 
 from django.conf import settings
 
-from toolops.runtime.secret_forms import secrets_pattern
+from toolops.runtime.secret_forms import secret_matcher
 from toolops.runtime.tool_messages import REDACTED
 
 
-def _pattern():
+def _matcher():
     secrets = getattr(settings, "TOOLOPS_TOOL_SECRETS", {}) or {}
-    return secrets_pattern(v for v in secrets.values() if isinstance(v, str))
+    return secret_matcher(v for v in secrets.values() if isinstance(v, str))
 
 
 class SecretRedactionFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        pattern = _pattern()
-        if pattern is None:
+        matcher = _matcher()
+        if matcher is None:
             return True
         try:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a broken format string is logged as written, still redacted
             message = str(record.msg)
-        record.msg, record.args = pattern.sub(REDACTED, message), None
+        record.msg, record.args = matcher.sub(message, REDACTED), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)
         if record.exc_text:
-            record.exc_text = pattern.sub(REDACTED, record.exc_text)
+            record.exc_text = matcher.sub(record.exc_text, REDACTED)
         if record.stack_info:
-            record.stack_info = pattern.sub(REDACTED, record.stack_info)
+            record.stack_info = matcher.sub(record.stack_info, REDACTED)
         return True
 
 

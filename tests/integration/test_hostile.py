@@ -5,6 +5,7 @@ Nothing is mocked. Caps and deadlines in the test ToolSpecs are small so each te
 """
 from __future__ import annotations
 
+import html
 import json
 import subprocess
 import time
@@ -17,9 +18,9 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from invocations_app.confirmations import confirmation_approve
-from invocations_app.models import Attempt, Confirmation, Invocation
-from tests.builders import Agent, make_grant, make_subject, make_tenant, make_token, make_toolspec
-from tests.hostile_server import JSON_ERRORS, HostileServer, echo_encodings
+from invocations_app.models import Attempt, Confirmation, Event, Invocation, ResultBody, ToolMessage
+from tests.builders import Agent, make_grant, make_staff, make_subject, make_tenant, make_token, make_toolspec
+from tests.hostile_server import JSON_ERRORS, HostileServer, disguised_encodings, echo_encodings
 from toolops.runtime.secret_forms import encoded_variants
 
 from .conftest import wait_for
@@ -344,6 +345,68 @@ def test_it_redacts_an_echoed_secret_in_every_encoding_everywhere(hostile, hwork
               f"worker log {len(log)} bytes, hits={sum(d + w for d, w in hits.values())}")
     assert {k: v for k, v in hits.items() if v != (0, 0)} == {}
     assert HOSTILE_SECRET.encode() not in messages
+
+
+def _texts(value) -> list[str]:
+    """Every string in a stored or served value, escapes undone: JSON bytes and JSON held in a
+    string (a tool message's content) are parsed, object keys included."""
+    if isinstance(value, (bytes, memoryview)):
+        value = bytes(value).decode("utf-8", "replace")
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return [value]
+        return [value, *_texts(parsed)] if isinstance(parsed, (dict, list)) else [value]
+    if isinstance(value, dict):
+        return [t for k, v in value.items() for t in [k, *_texts(v)]]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return []
+
+
+def _rows_of(ids: list[str]) -> list[str]:
+    """Every string in every database row of these calls."""
+    rows = [*Invocation.objects.filter(pk__in=ids).values(), *Attempt.objects.filter(invocation_id__in=ids).values(),
+            *Event.objects.filter(invocation_id__in=ids).values(), *ToolMessage.objects.filter(invocation_id__in=ids).values(),
+            *ResultBody.objects.filter(invocation_id__in=ids).values()]
+    return [t for row in rows for value in row.values() for t in _texts(value)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_redacts_a_disguised_or_split_secret_everywhere(hostile, hworker, client):
+    """Issue 29 item 6, through the worker: the hostile tool echoes its credential in base32,
+    nested base64/hex/percent, HTML entities, spread over spaces and zero-width characters, in
+    fullwidth, and split across adjacent fields — in a result and in an error. None of it reaches
+    the agent's tool messages, the call record in the console, the database rows or the log."""
+    _hostile_tool(hostile, attempts=1)
+    agent = _agent_with_grant(hostile)
+    ids = [_call(agent, "hostile.fetch@1", {"url": f"{hostile.base}{p}"})["id"] for p in ("/echo-disguised", "/echo-disguised-error")]
+    done = [_settled(agent, i) for i in ids]
+    assert [d["state"] for d in done] == ["OBSERVED", "FAILED_BEFORE_COMMIT"], done
+    seen = f"Bearer {HOSTILE_SECRET}"
+    assert any(e["headers"].get("Authorization") == seen for e in hostile.log)  # the credential did go out
+    served = [agent.get(f"/api/v1/invocations/{i}{tail}", **({"format": fmt} if fmt else {})).content
+              for i in ids for tail, fmt in (("/tool-message", "openai"), ("/tool-message", "anthropic"),
+                                             ("/tool-message", "mcp"), ("", None), ("/events", None))]
+    client.force_login(make_staff(username="auditor", superuser=True))
+    pages = [client.get(f"/console/calls/{i}/") for i in ids]
+    assert [p.status_code for p in pages] == [200, 200]
+    places = {
+        "agent API": "\n".join(t for body in served for t in _texts(body)),
+        "call record": "\n".join(html.unescape(p.content.decode()) for p in pages),
+        "database rows": "\n".join(_rows_of(ids)),
+        "worker log": hworker.output(),
+    }
+    half = len(seen) // 2
+    forms = {**disguised_encodings(seen), "first half": seen[:half], "second half": seen[half:]}
+    window = 16  # what is left of an encoding is its edges, never a run this long
+    leaks = sorted((place, name) for place, text in places.items() for name, form in forms.items()
+                   if any(form[i:i + window] in text for i in range(max(1, len(form) - window + 1))))
+    assert leaks == [], leaks
+    content = json.loads(json.loads(served[0])["content"])
+    found = content["result"]["preview"] if content["truncated"] else content["result"]
+    assert content["redactions"] >= len(forms) and "[REDACTED]" in str(found)
 
 
 # --- 6. outcome mapping that cannot be crashed -----------------------------------------------------
