@@ -40,6 +40,7 @@ from .elicitation import (
     client_accepts_url_elicitation, confirmation_elicitation, confirmation_state_redeem, confirmation_state_seal,
 )
 from .identity import ApiTokenVerifier, request_subject
+from .rate_limit import TokenRateLimit
 from .tasks import EXTENSION as TASKS_EXTENSION
 from .tasks import (
     LEGACY_SERVER_CAPABILITY, TaskIdParams, TaskUpdateParams, client_accepts_tasks, is_legacy_protocol, legacy_task_cancel,
@@ -281,6 +282,7 @@ async def _lifespan(server: Server[Any]):
 
 def build_server() -> Server[Any]:
     server = _server()
+    server.middleware.append(TokenRateLimit())  # inside the SDK's tracing span, so a refusal is traced
     # The tasks extension through the SDK's hooks (it ships no implementation): see tasks.py.
     server.extensions[TASKS_EXTENSION] = {}
     server.add_request_handler("tasks/get", TaskIdParams, on_tasks_get)

@@ -93,3 +93,19 @@ def mcp_client(server: McpServer, token: str = DEMO_TOKEN, *, mode: str = "auto"
     from mcp.client.streamable_http import streamable_http_client
 
     return Client(streamable_http_client(server.url, http_client=http_client(token)), mode=mode, **kwargs)
+
+
+MODERN = "2026-07-28"
+
+
+def modern_request(method: str, params: dict | None = None, *, token: str = DEMO_TOKEN, request_id=1) -> dict:
+    """A self-contained 2026-07-28 JSON-RPC request as ``httpx2`` keyword arguments (``json`` and
+    ``headers``): no session, the protocol version in ``_meta`` and in the header."""
+    params = {**(params or {}), "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                                          "io.modelcontextprotocol/clientCapabilities": {},
+                                          **(params or {}).get("_meta", {})}}
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": MODERN, "Mcp-Method": method}
+    if method == "tools/call":
+        headers["Mcp-Name"] = params["name"]
+    return {"json": {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}, "headers": headers}
