@@ -39,6 +39,7 @@ from .db import in_db_thread, install_db_executor
 from .elicitation import (
     client_accepts_url_elicitation, confirmation_elicitation, confirmation_state_redeem, confirmation_state_seal,
 )
+from .errors import ErrorsAsJsonRpc
 from .identity import ApiTokenVerifier, request_subject
 from .rate_limit import TokenRateLimit
 from .tasks import EXTENSION as TASKS_EXTENSION
@@ -282,7 +283,9 @@ async def _lifespan(server: Server[Any]):
 
 def build_server() -> Server[Any]:
     server = _server()
-    server.middleware.append(TokenRateLimit())  # inside the SDK's tracing span, so a refusal is traced
+    # Inside the SDK's tracing span (a refusal is traced); the rate limit within the error
+    # mapping, so even a broken limit answers in ToolOps' words.
+    server.middleware += [ErrorsAsJsonRpc(), TokenRateLimit()]
     # The tasks extension through the SDK's hooks (it ships no implementation): see tasks.py.
     server.extensions[TASKS_EXTENSION] = {}
     server.add_request_handler("tasks/get", TaskIdParams, on_tasks_get)
