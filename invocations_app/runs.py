@@ -6,7 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from specs_app.models import Subject, ToolSpec
-from specs_app.selectors import toolspec_renderable, toolspecs_visible_to_subject
+from specs_app.selectors import toolspec_renderable, toolspecs_offered_to_subject, toolspecs_visible_to_subject
 from toolops.errors import ApplicationError, Conflict, UnknownTool
 from toolops.runtime.rendering import FORMATS, render_tool
 from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
@@ -63,8 +63,11 @@ def _require_own_context(run: Run, context: list[str]) -> list[Invocation]:
 def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, context: list[str]) -> ModelCall:
     """Record one model request with the exact tool versions it is shown, rendered in ``fmt``.
 
-    Without ``tool_refs`` the model sees the newest published version of every tool visible
-    to the run's subject. An unknown or unpublished reference is refused (``unknown_tool``).
+    Without ``tool_refs`` the model sees the newest published version of every tool offered
+    to the run's subject (a quarantined import is not). Named ``tool_refs`` are what the client
+    showed its model, recorded as they are: any published version visible to the subject (a
+    quarantined one too — admission refuses its calls); an unknown or unpublished reference is
+    refused (``unknown_tool``).
     """
     if fmt not in FORMATS:
         raise ApplicationError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
@@ -87,14 +90,13 @@ def model_call_create(*, run: Run, tool_refs: list[str] | None, fmt: str, contex
 
 
 def _resolve_tool_refs(subject: Subject, tool_refs: list[str] | None) -> list[ToolSpec]:
-    visible = toolspecs_visible_to_subject(subject=subject)
     if tool_refs is None:
         newest: dict[str, ToolSpec] = {}
-        for spec in visible:
+        for spec in toolspecs_offered_to_subject(subject=subject):
             if spec.name not in newest or spec.version > newest[spec.name].version:
                 newest[spec.name] = spec
         return sorted(newest.values(), key=lambda s: s.name)
-    by_ref = {spec.ref: spec for spec in visible}
+    by_ref = {spec.ref: spec for spec in toolspecs_visible_to_subject(subject=subject)}
     missing = [ref for ref in tool_refs if ref not in by_ref]
     if missing:
         raise UnknownTool(f"not published or not visible: {', '.join(missing)}", extra={"unknown": missing})

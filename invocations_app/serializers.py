@@ -4,7 +4,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import math
 import re
 
 from django.conf import settings
@@ -16,6 +15,7 @@ from rest_framework import serializers
 from toolops import error_codes
 from toolops.errors import ApplicationError
 from toolops.runtime.rendering import FORMATS
+from toolops.runtime.storable import json_safe_problems, printable
 from toolops.runtime.zones import iana_zone_names, is_iana_zone
 
 from .models import Event, Invocation, Run
@@ -103,36 +103,6 @@ class BudgetsIn(serializers.Serializer):
     cost = BudgetDecimalField(max_digits=18, decimal_places=6, min_value=0, required=False, allow_null=True)
 
 
-def json_safe_problems(value, path: str = "$") -> list[str]:
-    """Why ``value`` cannot be stored and echoed as JSON by every database and client: a NUL
-    (PostgreSQL's jsonb refuses it), a lone surrogate (not encodable as UTF-8) in a key or a
-    string, or a non-finite number (1e400 parses as infinity)."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            return [f"{path}: NUL character"]
-        if any("\ud800" <= ch <= "\udfff" for ch in value):
-            return [f"{path}: lone surrogate"]
-        return []
-    if isinstance(value, float) and not math.isfinite(value):
-        return [f"{path}: non-finite number"]
-    if isinstance(value, dict):
-        found = []
-        for key, item in value.items():
-            label = f"{path}.{_printable(key)}"
-            if json_safe_problems(key):
-                found.append(f"{label}: key with a NUL or a lone surrogate")
-            found += json_safe_problems(item, label)
-        return found
-    if isinstance(value, list):
-        return [p for i, item in enumerate(value) for p in json_safe_problems(item, f"{path}[{i}]")]
-    return []
-
-
-def _printable(text: str) -> str:
-    """Client text safe to quote in an error: escapes instead of NULs and surrogates."""
-    return text.encode("unicode_escape").decode("ascii")[:40]
-
-
 # Its OpenAPI shape is a component of its own: toolops/openapi_components.py.
 @extend_schema_field({"$ref": "#/components/schemas/SafeJSONObject"})
 class JSONSafeDictField(serializers.DictField):
@@ -162,7 +132,7 @@ class RunIn(serializers.Serializer):
         # Checked against the zone list, not by loading it: ZoneInfo("America") raises
         # IsADirectoryError and an over-long name OSError, which are not "unknown zone".
         if not is_iana_zone(value):
-            raise ApplicationError(f"unknown IANA timezone {_printable(value)!r}", code="invalid_timezone")
+            raise ApplicationError(f"unknown IANA timezone {printable(value)!r}", code="invalid_timezone")
         return value
 
 

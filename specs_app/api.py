@@ -1,4 +1,5 @@
-"""GET /api/v1/tools: the ToolSpecs a subject may see, rendered for one model ecosystem."""
+"""GET /api/v1/tools: the ToolSpecs a subject may be offered (a quarantined import is not), rendered
+for one model ecosystem."""
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
@@ -11,7 +12,7 @@ from toolops.api_schema import problem_responses
 from toolops.errors import ApplicationError
 from toolops.runtime.rendering import FORMATS, render_tool, rendering_metadata
 
-from .selectors import toolspec_renderable, toolspecs_visible_to_subject
+from .selectors import toolspec_renderable, toolspecs_offered_to_subject
 
 
 RENDERINGS_HELP = (
@@ -36,7 +37,7 @@ class ToolListView(APIView):
         fmt = request.query_params.get("format", "openai")
         if fmt not in FORMATS:
             raise ApplicationError(f"format must be one of {', '.join(FORMATS)}", code="invalid_format")
-        specs = list(toolspecs_visible_to_subject(subject=request.user.subject))
+        specs = list(toolspecs_offered_to_subject(subject=request.user.subject))
         tools = [toolspec_renderable(s) for s in specs]
         return Response({
             "format": fmt,

@@ -14,6 +14,7 @@ from toolops.db_batch import select_rows
 from toolops.runtime.admission import ToolView
 from toolops.runtime.approval_policy import ApprovalPolicy
 from toolops.runtime.authorization import GrantSnapshot, Limits
+from toolops.runtime.mcp_definitions import QUARANTINED
 from toolops.runtime.rendering import RenderableTool
 from toolops.runtime.requirements import Requirement, requirements_for
 
@@ -66,9 +67,18 @@ def toolspecs_visible_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
             .filter(toolspec_scope_q(tenant_id=subject.tenant_id)).order_by("name", "version"))
 
 
+def toolspecs_offered_to_subject(*, subject: Subject) -> QuerySet[ToolSpec]:
+    """The versions a model of this subject may be offered: those visible to it, less imported
+    tools in quarantine (their upstream definition changed or vanished: every call is refused
+    until an admin publishes a new version). Read afresh each time — a listing reflects a
+    quarantine the moment the refresh records it (``specs_upstreamtool_state`` indexes those rows)."""
+    return toolspecs_visible_to_subject(subject=subject).exclude(upstream__state__in=QUARANTINED)
+
+
 def toolspecs_granted_to_subject(*, subject: Subject, now: datetime | None = None) -> list[ToolSpec]:
-    """The subject's tools: for each tool name, the newest published version for whose every
-    required capability the subject (or its whole tenant) holds a live grant, by name.
+    """The subject's tools: for each tool name, the newest version offered to it
+    (``toolspecs_offered_to_subject``) for whose every required capability the subject (or its
+    whole tenant) holds a live grant, by name.
 
     A grant counts whatever its effect (``confirm`` still lets the tool be called, after a
     person decides), when it is unrevoked, unexpired, and its ``tool_refs`` are empty or name
@@ -94,7 +104,7 @@ def toolspecs_granted_to_subject(*, subject: Subject, now: datetime | None = Non
         return True
 
     newest: dict[str, ToolSpec] = {}
-    for spec in toolspecs_visible_to_subject(subject=subject):
+    for spec in toolspecs_offered_to_subject(subject=subject):
         if granted(spec) and (spec.name not in newest or spec.version > newest[spec.name].version):
             newest[spec.name] = spec
     return [newest[name] for name in sorted(newest)]

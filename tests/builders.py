@@ -2,6 +2,7 @@
 
 - rows: ``make_tenant``, ``make_subject``, ``make_token``, ``make_capability``, ``make_grant``,
   ``make_staff``, ``make_approver`` (staff with a personal token, allowed to approve);
+  ``forget_rate_counts`` (the shared cache's per-token rate counts of the current window);
   permissions: ``allow_approving``, ``allow_resolving`` (a (tenant, ToolSpec) pair);
 - ToolSpecs: ``make_toolspec`` (the weather tool by default), ``make_demo_spec`` (the demo
   set, optionally copied under another name or changed), ``make_calendar_spec`` (a small calendar
@@ -23,7 +24,9 @@ import uuid
 from datetime import timedelta
 
 from django.contrib.auth.models import User
+from django.core.cache import caches
 from django.db import connection, transaction
+from django.test import override_settings
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
@@ -32,10 +35,11 @@ from invocations_app.confirmations import confirmation_approve
 from invocations_app.execution import execution_claim, execution_run
 from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall, Proposal, Run
 from specs_app.demo import DEMO_TOOLSPECS
-from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec
+from specs_app.models import ApiToken, Capability, Grant, PersonalToken, Subject, Tenant, ToolSpec
 from specs_app.selectors import grant_snapshots
 from specs_app.services import api_token_issue, personal_token_issue, toolspec_publish
 from toolops.db_guards import birth_guard_suspended
+from toolops.throttling import token_rate_window
 from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome
 from toolops.runtime.states import State
 
@@ -57,6 +61,15 @@ def make_token(*, subject: Subject | None = None) -> tuple[Subject, str]:
     subject = subject or make_subject()
     _, secret = api_token_issue(subject=subject, label="test")
     return subject, secret
+
+
+def forget_rate_counts(*, rate: str) -> None:
+    """Drop every token's count in the current window of ``rate`` (``TOOLOPS_API_RATE``'s form):
+    the test database restarts its id sequences each run, the shared cache does not forget."""
+    token_ids = [*ApiToken.objects.values_list("pk", flat=True),
+                 *(f"person:{pk}" for pk in PersonalToken.objects.values_list("pk", flat=True))]
+    with override_settings(TOOLOPS_API_RATE=rate):
+        caches["shared"].delete_many([token_rate_window(token_id).key for token_id in token_ids])
 
 
 def make_toolspec(

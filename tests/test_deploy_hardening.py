@@ -17,9 +17,7 @@ from django.contrib.auth.models import User
 from django.core.cache import caches
 from rest_framework.test import APIClient
 
-from specs_app.models import ApiToken
-
-from tests.builders import Agent, make_token
+from tests.builders import Agent, forget_rate_counts, make_token
 from tests.conftest import REPO_ROOT
 from tests.servers import gunicorn_server
 
@@ -88,8 +86,7 @@ def test_an_api_token_over_its_rate_gets_429_rate_limited_with_retry_after(setti
     settings.TOOLOPS_API_RATE = "3/hour"  # a window the test cannot straddle in practice
     busy = Agent(APIClient(), make_token()[1])
     other = Agent(APIClient(), make_token()[1])
-    # The test database restarts its id sequences each run; the shared cache does not forget.
-    caches["shared"].delete_many([f"throttle:token:{t.pk}:{int(time.time() // 3600)}" for t in ApiToken.objects.all()])
+    forget_rate_counts(rate=settings.TOOLOPS_API_RATE)
     answers = [busy.get("/api/v1/tools").status_code for _ in range(4)]
     assert answers == [200, 200, 200, 429]
     resp = busy.get("/api/v1/tools")

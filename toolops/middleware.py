@@ -1,4 +1,5 @@
-"""Request middleware: W3C trace context on every request; problem+json for everything under /api/."""
+"""Request middleware: W3C trace context on every request; problem+json for everything under /api/;
+no NUL in a page's query string."""
 from __future__ import annotations
 
 import logging
@@ -10,7 +11,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.core.signals import got_request_exception
 from django.db import InterfaceError, OperationalError
-from django.http import Http404, JsonResponse
+from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from kombu.exceptions import OperationalError as BrokerOperationalError
 
 from toolops.problems import PROBLEM_CONTENT_TYPE, problem_body
@@ -121,3 +122,21 @@ class ApiProblemMiddleware:
                          exc_info=(type(exc), exc, exc.__traceback__))
         return problem_response(500, "internal_error", "an unexpected error occurred; quote the trace id when reporting it",
                                 trace_id=request.trace_id)
+
+
+class NulQueryMiddleware:
+    """Outside /api/, a query string holding a NUL (``%00``) is answered 400 before any view
+    runs. PostgreSQL's text cannot hold or be compared with a NUL, so every page that filters by
+    a parameter — the console's ``?tenant=``, each admin list filter (``?state__exact=``) —
+    failed with a 500 on one, and no page here has a use for it. The API parses each of its
+    parameters itself (an enum, a number, a cursor pattern) and answers its own problem codes."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        query = request.META.get("QUERY_STRING", "")
+        if ("%00" in query or "\x00" in query) and not request.path_info.startswith(API_PREFIX) and any(
+                "\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()):
+            return HttpResponseBadRequest("A query parameter holds a NUL character.", content_type="text/plain")
+        return self.get_response(request)

@@ -82,6 +82,8 @@ MIDDLEWARE = [
     "toolops.middleware.TraceContextMiddleware",
     # Every /api/ answer is JSON: unknown paths, outages (503), oversized bodies, crashes.
     "toolops.middleware.ApiProblemMiddleware",
+    # A NUL in a page's query string (`?tenant=%00`): 400, before a view hands it to PostgreSQL.
+    "toolops.middleware.NulQueryMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

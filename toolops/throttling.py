@@ -1,9 +1,11 @@
-"""Rate limits: per API token (DRF throttle) and failed admin logins per address and username.
+"""Rate limits: per API token (every front door) and failed admin logins per address and username.
 
-Both count in the ``shared`` cache (Redis in production) so every web process sees one count.
-When that cache is unreachable the limits fail open: an outage of the counter store must not
-take the whole API down (the request still meets the database, which answers 503 if it is the
-one that is down).
+Both count in the ``shared`` cache (Redis in production) so every process sees one count: the
+web processes (the agent API and the Approvals API, through ``TokenRateThrottle``) and the MCP
+process (``invocations_app.mcp.rate_limit``) spend one token's requests from the same counter,
+``token_rate_window``. When that cache is unreachable the limits fail open: an outage of the
+counter store must not take the whole API down (the request still meets the database, which
+answers 503 if it is the one that is down).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import functools
 import logging
 import threading
 import time
+from dataclasses import dataclass
 
 import redis
 from django.conf import settings
@@ -28,7 +31,8 @@ CACHE_ERRORS = (RedisError, OSError)
 
 class TokenRateThrottle(BaseThrottle):
     """At most ``TOOLOPS_API_RATE`` requests per API token per window (``6000/min``: 6000 per
-    calendar minute), counted in the shared cache. DRF's own throttle keeps every request's
+    calendar minute), counted in the shared cache: the REST side (agent API, Approvals API) of
+    the one per-token limit every front door spends (``token_rate_window``). DRF's own throttle keeps every request's
     timestamp in a list it reads and rewrites whole each time: at thousands per minute that
     list is the most expensive thing a request does. Unauthenticated callers are refused by
     authentication before a rate matters, so they are not counted.
@@ -42,17 +46,48 @@ class TokenRateThrottle(BaseThrottle):
     little before its exact limit, never after it)."""
 
     def allow_request(self, request, view):
-        rate = settings.TOOLOPS_API_RATE  # read per request: "off" disables
-        token_id = getattr(request.user, "token_id", None)
-        if rate in ("", "off") or token_id is None:
+        window = token_rate_window(getattr(request.user, "token_id", None))
+        if window is None:
             return True
-        limit, window = _parse_rate(rate)
-        now = time.time()
-        self.wait_seconds = max(1, int(window - now % window))
-        return PERMITS.take(f"throttle:token:{token_id}:{int(now // window)}", limit=limit, timeout=window + 1)
+        self.wait_seconds = window.retry_after
+        return window.take()
 
     def wait(self):
         return getattr(self, "wait_seconds", None)
+
+
+@dataclass(frozen=True)
+class RateWindow:
+    """The window one token's request counts in: its counter ``key`` (the same for every front
+    door and process), the ``limit`` and the seconds until the window ends (``retry_after``)."""
+
+    key: str
+    limit: int
+    timeout: int
+    retry_after: int
+
+    def take(self) -> bool:
+        """Spend one of the window's permits; False when the token is over its limit. May ask
+        the shared cache (a round trip, up to its socket timeout): not for an event loop."""
+        return PERMITS.take(self.key, limit=self.limit, timeout=self.timeout)
+
+    def take_held(self) -> bool:
+        """Spend a permit this process already holds; False when it holds none (then ``take``
+        decides). No I/O."""
+        return PERMITS.take_held(self.key, limit=self.limit)
+
+
+def token_rate_window(token_id: int | str | None) -> RateWindow | None:
+    """The window of ``TOOLOPS_API_RATE`` a request with this token counts in now; None when the
+    limit is off or the caller holds no token. ``token_id``: an agent token's id, or
+    ``person:<id>`` for a person's token (``invocations_app.auth``)."""
+    rate = settings.TOOLOPS_API_RATE  # read per request: "off" disables
+    if rate in ("", "off") or token_id is None:
+        return None
+    limit, window = _parse_rate(rate)
+    now = time.time()
+    return RateWindow(key=f"throttle:token:{token_id}:{int(now // window)}", limit=limit, timeout=window + 1,
+                      retry_after=max(1, int(window - now % window)))
 
 
 class _Permits:
@@ -66,14 +101,18 @@ class _Permits:
         self.lock = threading.Lock()
         self.slots: dict[str, list[int]] = {}  # key -> [limit, permits left, shared count at the last claim]
 
+    def take_held(self, key: str, *, limit: int) -> bool:
+        """Spend a permit already claimed for ``key``; False when none is held (no I/O)."""
+        with self.lock:
+            return self._spend(self.slots.get(key), limit)
+
     def take(self, key: str, *, limit: int, timeout: int) -> bool:
         with self.lock:
             slot = self.slots.get(key)
             if slot is None or slot[0] != limit:
                 self._make_room(key)
                 slot = self.slots[key] = [limit, 0, 0]
-            if slot[1] > 0:
-                slot[1] -= 1
+            if self._spend(slot, limit):
                 return True
             block = max(1, (limit - slot[2]) // self.SHARE)
         try:
@@ -87,6 +126,13 @@ class _Permits:
             if granted <= 0:
                 return False
             slot[1] += granted - 1
+        return True
+
+    @staticmethod
+    def _spend(slot: list[int] | None, limit: int) -> bool:
+        if slot is None or slot[0] != limit or slot[1] <= 0:
+            return False
+        slot[1] -= 1
         return True
 
     def _make_room(self, key: str) -> None:

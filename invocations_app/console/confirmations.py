@@ -28,16 +28,11 @@ from ..standing_approvals import (
     MAX_STANDING_MINUTES, call_currency, standing_approval_grant, standing_approval_revoke,
 )
 from .formatting import pretty, time_left
+from .params import queue_filters
 from .selectors import (
     confirmation_detail_events, confirmation_get_for_user, confirmation_pending_count, confirmation_queue_list,
     console_filter_choices, standing_approval_get_for_user, standing_approvals_for,
 )
-
-
-def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
-    """``?tool=<ToolSpec id>&tenant=<slug>``; a malformed tool id is ignored, not an error page."""
-    raw_tool = request.GET.get("tool") or ""
-    return (int(raw_tool) if raw_tool.isdigit() else None), (request.GET.get("tenant") or None)
 
 
 def _annotate(confirmations: list[Confirmation], now: datetime) -> list[Confirmation]:
@@ -53,7 +48,7 @@ def _annotate(confirmations: list[Confirmation], now: datetime) -> list[Confirma
 
 @require_GET
 def queue_view(request: HttpRequest) -> HttpResponse:
-    tool, tenant = _filters(request)
+    tool, tenant = queue_filters(request)
     queue = confirmation_queue_list(user=request.user, tool=tool, tenant=tenant)
     tools, tenants = console_filter_choices(user=request.user)
     now = timezone.now()
@@ -102,7 +97,7 @@ def detail_view(request: HttpRequest, pk) -> HttpResponse:
 
 @require_GET
 def count_view(request: HttpRequest) -> JsonResponse:
-    tool, tenant = _filters(request)
+    tool, tenant = queue_filters(request)
     return JsonResponse({"pending": confirmation_pending_count(user=request.user, tool=tool, tenant=tenant)})
 
 

@@ -25,6 +25,7 @@ from ..resolutions import (
     resolution_reject, resolution_resend,
 )
 from .formatting import age, history_lines, lookup_answer_text, render_arguments
+from .params import queue_filters
 from .selectors import unknown_filter_choices, unknown_outcome_count, unknown_outcome_get_for_user, unknown_outcome_queue_list
 
 
@@ -47,16 +48,11 @@ def _annotate_row(inv: Invocation, now, user) -> Invocation:
     return inv
 
 
-def _filters(request: HttpRequest) -> tuple[int | None, str | None]:
-    raw_tool = request.GET.get("tool") or ""
-    return (int(raw_tool) if raw_tool.isdigit() else None), (request.GET.get("tenant") or None)
-
-
 # --- the queue -------------------------------------------------------------------------------
 
 @require_GET
 def queue_view(request: HttpRequest) -> HttpResponse:
-    tool, tenant = _filters(request)
+    tool, tenant = queue_filters(request)
     now = timezone.now()
     rows = [_annotate_row(inv, now, request.user) for inv in unknown_outcome_queue_list(user=request.user, tool=tool, tenant=tenant)]
     tools, tenants = unknown_filter_choices(user=request.user)

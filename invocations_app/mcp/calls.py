@@ -35,10 +35,11 @@ from toolops.errors import ApplicationError, Conflict, NotFound
 from toolops.runtime.admission import admit
 from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.states import TERMINAL, State
+from toolops.runtime.storable import storable_text, text_problem
 from toolops.runtime.tracecontext import TraceContext, parse_traceparent
 
 from ..execution import run_claimed_at_admission
-from ..models import Confirmation, Invocation, ModelCall, ModelCallTool, Run, ToolMessage
+from ..models import Confirmation, Invocation, ModelCall, ModelCallTool, Proposal, Run, ToolMessage
 from ..tool_messages import tool_message
 from ..admission import parser_limits, proposal_admit
 from ..runs import model_call_create
@@ -50,6 +51,10 @@ STATUS_TOOL = "toolops.invocation_status"
 IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
 # Same rule as the REST API's Idempotency-Key header: 1–255 visible ASCII characters.
 _KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
+# The longest name a call may give: what the proposal's record holds (the REST API's limit too).
+NAME_MAX_CHARS = Proposal._meta.get_field("name").max_length
+# What a record keeps of the client's own labels: its JSON-RPC request id, its tracestate.
+_REQUEST_ID_CHARS, _TRACESTATE_CHARS = 200, 512
 _PARAM_HEADER_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
 
 STATUS_TOOL_DEFINITION: dict[str, Any] = {
@@ -82,7 +87,7 @@ class McpRequest:
 
     @property
     def trace(self) -> TraceContext | None:
-        return parse_traceparent(self.meta.get("traceparent"), self.meta.get("tracestate"))
+        return parse_traceparent(_text(self.meta.get("traceparent")), _text(self.meta.get("tracestate")))
 
     def run(self) -> Run:
         return mcp_run_get_or_open(subject=self.subject, rule=run_rule(session_id=self.session_id, meta=self.meta),
@@ -91,9 +96,10 @@ class McpRequest:
     def origin(self) -> dict:
         rule = run_rule(session_id=self.session_id, meta=self.meta)
         origin = {"transport": "mcp", "protocol_version": self.protocol_version, "session_id": self.session_id,
-                  "request_id": self.request_id, "run_rule": rule.kind}
-        if self.meta.get("tracestate"):
-            origin["tracestate"] = str(self.meta["tracestate"])[:512]
+                  "request_id": _recorded_id(self.request_id), "run_rule": rule.kind}
+        tracestate = _text(self.meta.get("tracestate"))
+        if tracestate:
+            origin["tracestate"] = storable_text(tracestate, max_chars=_TRACESTATE_CHARS)
         return origin
 
 
@@ -134,6 +140,7 @@ def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes, arg
     is called once the call is admitted and before its row is read for the answer, so a
     handler that must wait is woken by any change after that read (``wakeups.py``) without
     reading the row a second time first."""
+    _require_proposable_name(name)
     run, model_call = mcp_run_and_listing(subject=request.subject, rule=run_rule(session_id=request.session_id, meta=request.meta),
                                           trace=request.trace)
     if model_call is None:
@@ -172,6 +179,15 @@ def mcp_tool_call(*, request: McpRequest, name: str, arguments_bytes: bytes, arg
     if answer is not None:
         return CallOutcome(result=answer, invocation_id=invocation.pk)
     return CallOutcome(wait_for=invocation.pk, invocation_id=invocation.pk)
+
+
+def _require_proposable_name(name: str) -> None:
+    """A name no tool has and no record can hold — a NUL, a lone surrogate, too long — is a
+    malformed request (the REST API's 400), refused before it is looked up or recorded."""
+    problem = f"more than {NAME_MAX_CHARS} characters" if len(name) > NAME_MAX_CHARS else text_problem(name)
+    if problem is not None:
+        raise MCPError(types.INVALID_PARAMS, f"params.name is no tool's name ({problem})",
+                       data={"code": "malformed_request", "field": "name"})
 
 
 class _InlineSlots:
@@ -347,7 +363,17 @@ def _proposal_id(request: McpRequest) -> str:
     # UUID, ahead of the id so a long one cannot cut it off, makes every tools/call a new
     # proposal (admission skips its "already posted?" probe); exactly-once across re-issues
     # is the idempotency key's job. The JSON-RPC id itself is kept in the proposal's origin.
-    return f"mcp-{uuid.uuid4().hex}-{request.request_id}"[:200]
+    return f"mcp-{uuid.uuid4().hex}-{_recorded_id(request.request_id)}"[:200]
+
+
+def _recorded_id(request_id: str | int | None) -> str | int | None:
+    """The JSON-RPC id as a record can hold it (the client chooses it: any string)."""
+    return storable_text(request_id, max_chars=_REQUEST_ID_CHARS) if isinstance(request_id, str) else request_id
+
+
+def _text(value: Any) -> str | None:
+    """A ``_meta`` member that must be a string (traceparent, tracestate); anything else is absent."""
+    return value if isinstance(value, str) else None
 
 
 def _idempotency_key(request: McpRequest, run: Run, model_call: ModelCall, name: str, raw: bytes, now: datetime) -> str | None:

@@ -16,6 +16,7 @@ from ..auth import api_token_remembered, api_token_verify
 from .db import in_db_thread
 
 SUBJECT_CLAIM = "dev.toolops/subject"
+TOKEN_CLAIM = "dev.toolops/token"  # the token's id: its rate limit counts with its REST requests
 
 
 class ApiTokenVerifier:
@@ -33,10 +34,17 @@ class ApiTokenVerifier:
             # client_id + subject identify the principal: an MCP session opened with one
             # subject's token cannot be used with another's (the SDK compares them).
             token=token, client_id=f"toolops-token-{found.pk}", subject=str(subject.pk), scopes=[],
-            claims={"tenant": subject.tenant.slug, SUBJECT_CLAIM: subject},
+            claims={"tenant": subject.tenant.slug, SUBJECT_CLAIM: subject, TOKEN_CLAIM: found.pk},
         )
 
 
 def request_subject(request: Any) -> Subject:
     """The subject the SDK's auth middleware attached to this HTTP request."""
     return request.scope["user"].access_token.claims[SUBJECT_CLAIM]
+
+
+def request_token_id(request: Any) -> int | None:
+    """The id of the API token this HTTP request was authenticated with (None without one)."""
+    user = request.scope.get("user") if request is not None else None
+    access_token = getattr(user, "access_token", None)
+    return access_token.claims.get(TOKEN_CLAIM) if access_token is not None else None

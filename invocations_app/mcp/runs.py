@@ -22,6 +22,7 @@ from django.utils import timezone
 from specs_app.models import Subject
 from toolops.db_batch import select_with_parent
 from toolops.errors import ApplicationError
+from toolops.runtime.storable import printable
 from toolops.runtime.tracecontext import TraceContext
 
 from ..models import ModelCall, Run
@@ -50,7 +51,8 @@ def mcp_run_get_or_open(*, subject: Subject, rule: RunRule, trace: TraceContext 
         try:
             return Run.objects.get(pk=rule.key, subject=subject)
         except (Run.DoesNotExist, DjangoValidationError, ValueError):
-            raise ApplicationError(f"no run {rule.key} for this subject", code="unknown_run") from None
+            raise ApplicationError(f"{RUN_META_KEY} names no run of this agent: {printable(rule.key)}",
+                                   code="unknown_run") from None
     run = Run.objects.filter(subject=subject, mcp_key=rule.key).first()
     if run is not None:
         return run

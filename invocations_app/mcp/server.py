@@ -39,7 +39,9 @@ from .db import in_db_thread, install_db_executor
 from .elicitation import (
     client_accepts_url_elicitation, confirmation_elicitation, confirmation_state_redeem, confirmation_state_seal,
 )
+from .errors import ErrorsAsJsonRpc
 from .identity import ApiTokenVerifier, request_subject
+from .rate_limit import TokenRateLimit
 from .tasks import EXTENSION as TASKS_EXTENSION
 from .tasks import (
     LEGACY_SERVER_CAPABILITY, TaskIdParams, TaskUpdateParams, client_accepts_tasks, is_legacy_protocol, legacy_task_cancel,
@@ -281,6 +283,9 @@ async def _lifespan(server: Server[Any]):
 
 def build_server() -> Server[Any]:
     server = _server()
+    # Inside the SDK's tracing span (a refusal is traced); the rate limit within the error
+    # mapping, so even a broken limit answers in ToolOps' words.
+    server.middleware += [ErrorsAsJsonRpc(), TokenRateLimit()]
     # The tasks extension through the SDK's hooks (it ships no implementation): see tasks.py.
     server.extensions[TASKS_EXTENSION] = {}
     server.add_request_handler("tasks/get", TaskIdParams, on_tasks_get)

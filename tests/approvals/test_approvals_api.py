@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 from invocations_app.models import Confirmation, Invocation
 from specs_app.models import PersonalToken
 from specs_app.services import personal_token_revoke
-from tests.builders import Agent, make_approver
+from tests.builders import Agent, forget_rate_counts, make_approver
 
 pytestmark = pytest.mark.django_db
 
@@ -80,6 +80,17 @@ def test_it_refuses_an_agent_token_here_and_a_person_token_on_the_agent_api(agen
     assert ann.get(f"/api/v1/invocations/{pending.invocation_id}").status_code == 401
     pending.refresh_from_db()
     assert pending.state == "pending"
+
+
+def test_a_persons_token_has_the_per_token_rate_limit_of_every_front_door(ann, agent, pending, settings):
+    settings.TOOLOPS_API_RATE = "3/hour"  # a window the test cannot straddle in practice
+    forget_rate_counts(rate=settings.TOOLOPS_API_RATE)
+    assert [ann.get("/api/v1/confirmations").status_code for _ in range(3)] == [200] * 3
+    refused = ann.post(f"/api/v1/confirmations/{pending.pk}/approve", {"digest": pending.digest})
+    assert refused.status_code == 429 and refused.json()["code"] == "rate_limited" and int(refused["Retry-After"]) > 0
+    pending.refresh_from_db()
+    assert pending.state == "pending"  # nothing decided over the limit
+    assert agent.get("/api/v1/tools").status_code == 200  # the agent's token counts apart
 
 
 def test_it_refuses_a_revoked_token(ann, pending):

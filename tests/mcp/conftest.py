@@ -5,6 +5,8 @@ is mocked. Skipped locally without PostgreSQL/Redis; an error under TOOLOPS_REQU
 """
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import signal
 import socket
@@ -93,3 +95,51 @@ def mcp_client(server: McpServer, token: str = DEMO_TOKEN, *, mode: str = "auto"
     from mcp.client.streamable_http import streamable_http_client
 
     return Client(streamable_http_client(server.url, http_client=http_client(token)), mode=mode, **kwargs)
+
+
+LEGACY, MODERN = "2025-11-25", "2026-07-28"
+
+
+def _jsonrpc(body: dict) -> bytes:
+    # ASCII-escaped, as a client may send it: a lone surrogate travels as its \u escape.
+    return json.dumps(body).encode()
+
+
+def modern_request(method: str, params: dict | None = None, *, token: str = DEMO_TOKEN, request_id=1) -> dict:
+    """A self-contained 2026-07-28 JSON-RPC request as ``httpx2`` keyword arguments (``content``
+    and ``headers``): no session, the protocol version in ``_meta`` and in the header."""
+    params = {**(params or {}), "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                                          "io.modelcontextprotocol/clientCapabilities": {},
+                                          **(params or {}).get("_meta", {})}}
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json", "MCP-Protocol-Version": MODERN, "Mcp-Method": method}
+    if method == "tools/call":
+        headers["Mcp-Name"] = params["name"]
+    return {"content": _jsonrpc({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}), "headers": headers}
+
+
+class LegacySession:
+    """One 2025-11-25 session over streamable HTTP (JSON responses), raw JSON-RPC."""
+
+    def __init__(self, server: McpServer, token: str = DEMO_TOKEN):
+        self.url, self.ids = server.url, itertools.count(1)
+        self.http = httpx2.Client(timeout=90, headers={
+            "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json"})
+        resp = self.http.post(self.url, content=_jsonrpc({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "raw-test", "version": "1"}}}))
+        assert resp.status_code == 200, resp.text
+        self.initialized = resp.json()["result"]
+        self.http.headers.update({"Mcp-Session-Id": resp.headers["mcp-session-id"], "MCP-Protocol-Version": LEGACY})
+        assert self.http.post(self.url, content=_jsonrpc({"jsonrpc": "2.0", "method": "notifications/initialized"})).status_code == 202
+
+    def request(self, method: str, params: dict, *, request_id=None) -> dict:
+        body = {"jsonrpc": "2.0", "id": next(self.ids) if request_id is None else request_id, "method": method, "params": params}
+        resp = self.http.post(self.url, content=_jsonrpc(body))
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def result(self, method: str, params: dict) -> dict:
+        answer = self.request(method, params)
+        assert "result" in answer, answer
+        return answer["result"]

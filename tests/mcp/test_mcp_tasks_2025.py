@@ -8,7 +8,6 @@ directly over HTTP, as a tasks-capable client does: ``initialize`` (→ ``Mcp-Se
 demo calendar service."""
 from __future__ import annotations
 
-import itertools
 import json
 
 import httpx2
@@ -19,41 +18,18 @@ from invocations_app.confirmations import confirmation_approve, confirmation_den
 from invocations_app.models import Confirmation, Invocation, ToolMessage
 from tests.builders import make_token
 
-from .conftest import DEMO_TOKEN
+from .conftest import LegacySession, modern_request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
-VERSION = "2025-11-25"
 CALENDAR = "calendar-create_event_v1"
 WEATHER = "weather-get_forecast_v1"
 CALENDAR_ARGS = {"calendar_id": "primary", "title": "visa", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}
 RELATED = "io.modelcontextprotocol/related-task"
 
 
-class Session:
-    """One 2025-11-25 session over streamable HTTP (JSON responses), raw JSON-RPC."""
-
-    def __init__(self, server, token: str = DEMO_TOKEN):
-        self.url, self.ids = server.url, itertools.count(1)
-        self.http = httpx2.Client(timeout=90, headers={
-            "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
-            "Content-Type": "application/json"})
-        resp = self.http.post(self.url, json={"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": VERSION, "capabilities": {}, "clientInfo": {"name": "tasks-test", "version": "1"}}})
-        assert resp.status_code == 200, resp.text
-        self.initialized = resp.json()["result"]
-        self.http.headers.update({"Mcp-Session-Id": resp.headers["mcp-session-id"], "MCP-Protocol-Version": VERSION})
-        assert self.http.post(self.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
-
-    def request(self, method: str, params: dict) -> dict:
-        resp = self.http.post(self.url, json={"jsonrpc": "2.0", "id": next(self.ids), "method": method, "params": params})
-        assert resp.status_code == 200, resp.text
-        return resp.json()
-
-    def result(self, method: str, params: dict) -> dict:
-        answer = self.request(method, params)
-        assert "result" in answer, answer
-        return answer["result"]
+class Session(LegacySession):
+    """A 2025-11-25 session that calls tools as tasks."""
 
     def task_call(self, name: str = CALENDAR, arguments: dict = CALENDAR_ARGS) -> dict:
         self.result("tools/list", {})
@@ -134,9 +110,5 @@ def test_a_task_of_another_subject_is_not_found(session, mcp_server, worker):
 
 
 def test_a_2026_client_cannot_use_the_2025_result_method(mcp_server, demo_agent):
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/result", "params": {"taskId": "x", "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}
-    resp = httpx2.post(mcp_server.url, json=body, timeout=30, headers={
-        "Authorization": f"Bearer {DEMO_TOKEN}", "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tasks/result"})
+    resp = httpx2.post(mcp_server.url, timeout=30, **modern_request("tasks/result", {"taskId": "x"}))
     assert resp.json()["error"]["code"] == -32601

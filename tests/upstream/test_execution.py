@@ -7,6 +7,7 @@ import json
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import Q
 from rest_framework.test import APIClient
 
@@ -275,24 +276,37 @@ def test_a_disguised_boundary_tag_in_upstream_text_stays_inside_the_wrapper(gove
         holds_one_wrapper(wrapped)
 
 
-def test_a_quarantined_tool_called_through_the_mcp_front_door_is_refused_and_nothing_is_sent(governed, mcp_server):
-    """The agent's MCP client calls a tool the refresh quarantined: ToolOps answers the refusal
-    itself (isError, ``tool_quarantined``) and the upstream sees no request at all."""
+def test_a_quarantined_tool_leaves_tools_list_and_a_call_from_an_older_listing_is_refused_with_nothing_sent(
+        governed, mcp_server):
+    """The agent's MCP client listed the tools, then the refresh quarantined one: its call, made
+    from that listing, is refused by ToolOps itself (isError, ``tool_quarantined``) and the
+    upstream sees no request at all; the next ``tools/list`` no longer offers it."""
     import anyio
 
-    governed.notes.redefine("notes.search", description="Search notes, and mail them to whoever asks.")
-    upstream_refresh()
-    seen = len(governed.notes.wire())
+    name = governed.specs["notes.search"].model_facing_name
 
-    async def call():
+    async def use(between):
         async with mcp_client(mcp_server, governed.token) as client:
-            return await client.call_tool(governed.specs["notes.search"].model_facing_name, {"query": "x"})
+            before = [t.name for t in (await client.list_tools()).tools]
+            await anyio.to_thread.run_sync(between)  # the ORM refuses to run on the event loop
+            answer = await client.call_tool(name, {"query": "x"})
+            return before, answer, [t.name for t in (await client.list_tools()).tools]
 
-    answer = anyio.run(call)
+    def quarantine():
+        governed.notes.redefine("notes.search", description="Search notes, and mail them to whoever asks.")
+        try:
+            upstream_refresh()
+        finally:
+            connection.close()  # this thread's own connection
+        quarantine.seen = len(governed.notes.wire())
+
+    before, answer, after = anyio.run(use, quarantine)
+    assert name in before and name not in after
+    assert set(before) - {name} == set(after)  # the other imported tools stay offered
     assert answer.is_error is True and "tool_quarantined" in dumps(answer.model_dump(mode="json")), answer
     [inv] = Invocation.objects.filter(tool_spec=governed.specs["notes.search"])
     assert inv.state == "AUTHORIZATION_REJECTED" and inv.error_code == "tool_quarantined"
-    assert len(governed.notes.wire()) == seen and governed.notes.calls() == []
+    assert len(governed.notes.wire()) == quarantine.seen and governed.notes.calls() == []
 
 
 def test_an_approved_call_of_an_unconfirmed_read_only_claim_is_executed_as_a_write(governed):

@@ -136,6 +136,27 @@ def test_a_call_to_a_quarantined_tool_is_refused_at_admission_and_nothing_is_sen
     assert notes.calls() == [] and len(notes.wire()) == before  # not even a session was opened
 
 
+def test_a_quarantined_tool_is_no_longer_offered_by_the_rest_api(notes):
+    """Changed or vanished: gone from GET /api/v1/tools (every format) and from a model call that
+    names no tools; a model call naming it still records it (admission refuses its calls)."""
+    specs = published(_import(notes))
+    _, agent = _agent_with_grants(specs)
+    search, delete = specs["notes.search"].ref, specs["notes.delete"].ref
+
+    def offered() -> list[set[str]]:
+        listings = [set(agent.get("/api/v1/tools", format=fmt).json()["name_map"].values())
+                    for fmt in ("openai", "anthropic", "mcp")]
+        shown = agent.model_call(agent.run()["id"])["name_map"].values()
+        return [*listings, set(shown)]
+
+    assert all({search, delete} <= refs for refs in offered())
+    notes.redefine("notes.search", description="changed under our feet")
+    notes.redefine("notes.delete", remove=True)
+    upstream_refresh()
+    assert all(refs and not {search, delete} & refs for refs in offered())
+    assert _propose(agent, search, {"query": "x"})["error"]["code"] == "tool_quarantined"
+
+
 def test_an_admin_publishes_a_new_version_from_the_changed_definition(notes):
     specs = published(_import(notes))
     notes.redefine("notes.search", description="Search notes (v2).")
