@@ -264,6 +264,13 @@ def make_staff(*, username: str, superuser: bool = False) -> User:
     return User.objects.create_user(username, f"{username}@example.invalid", PASSWORD, is_staff=True)
 
 
+def make_person(*, username: str, tenant: Tenant) -> User:
+    """A staff user who is a person of ``tenant`` (``view_calls`` on it): a run can act for them."""
+    user = make_staff(username=username)
+    assign_perm("specs_app.view_calls", user, tenant)
+    return user
+
+
 def _allow(user, *, tool_permission: str, tenant_permission: str, spec: ToolSpec | None, tenant: Tenant | None) -> None:
     # None: the permission held model-wide (every ToolSpec / every tenant).
     assign_perm(f"specs_app.{tool_permission}", user, *([spec] if spec is not None else []))
