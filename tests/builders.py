@@ -26,6 +26,7 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
+from rest_framework.test import APIClient
 
 from invocations_app import admission, runs
 from invocations_app.confirmations import confirmation_approve
@@ -294,6 +295,21 @@ def make_approver(*, username: str, spec: ToolSpec | None = None) -> tuple[User,
         allow_approving(user=user, spec=spec)
     _, secret = personal_token_issue(user=user, label="test")
     return user, secret
+
+
+def person_client(*, username: str, spec: ToolSpec | None = None) -> User:
+    """``make_approver``, with their Approvals API client as ``user.client``."""
+    user, secret = make_approver(username=username, spec=spec)
+    user.client = Agent(APIClient(), secret)
+    return user
+
+
+def agent_client(*, subject: Subject) -> Agent:
+    """An agent API client for ``subject`` (a fresh token), with ``agent.subject`` set."""
+    subject, secret = make_token(subject=subject)
+    agent = Agent(APIClient(), secret)
+    agent.subject = subject
+    return agent
 
 
 def admit_proposal(*, subject: Subject, spec: ToolSpec, arguments: dict, timezone_name: str = "Europe/Paris") -> Invocation:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import User
 from guardian.shortcuts import assign_perm
-from rest_framework.test import APIClient
 
 from invocations_app.models import Confirmation, Run
 from specs_app.models import Subject
-from tests.builders import Agent, make_approver, make_grant, make_person, make_staff, make_tenant
+from tests.builders import make_grant, make_person, make_staff, make_tenant, person_client
 
 from .conftest import ARGS
 
@@ -20,9 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def bob(calendar):
     """bob may approve calendar calls in every tenant (so also the agent's): the person a run acts for."""
-    user, secret = make_approver(username="bob", spec=calendar)
-    user.client = Agent(APIClient(), secret)
-    return user
+    return person_client(username="bob", spec=calendar)
 
 
 def calendar_call(agent, calendar, **run) -> Confirmation:

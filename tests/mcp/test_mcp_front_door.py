@@ -10,12 +10,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from mcp.shared.exceptions import MCPError
-from rest_framework.test import APIClient
 
 from invocations_app.confirmations import confirmation_approve, confirmation_deny
 from invocations_app.models import Confirmation, Invocation, ModelCall, Proposal, ToolMessage
 from specs_app.models import Subject
-from tests.builders import Agent, allow_approving, make_approver, make_demo_spec, make_grant, make_token
+from tests.builders import allow_approving, make_demo_spec, make_grant, make_token, person_client
 
 from .conftest import DEMO_TOKEN, http_client, mcp_client, wait_for
 
@@ -192,7 +191,7 @@ def test_a_plain_client_gets_pending_confirmation_then_polls_the_status_tool_to_
 
 @BOTH_MODES
 def test_the_runs_an_agent_bound_to_a_person_opens_act_for_them_and_they_cannot_approve(mcp_server, demo_agent, mode):
-    bob, bobs_token = make_approver(username="bob")
+    bob = person_client(username="bob")
     allow_approving(user=bob)  # may approve every tool in every tenant: a person of the agent's tenant
     Subject.objects.filter(pk=demo_agent.subject.pk).update(acts_for=bob)  # an admin's binding (admin: tests/approvals)
 
@@ -203,8 +202,7 @@ def test_the_runs_an_agent_bound_to_a_person_opens_act_for_them_and_they_cannot_
 
     invocation_id = anyio.run(propose).structured_content["invocation_id"]
     confirmation = Confirmation.objects.get(invocation_id=invocation_id, state="pending")
-    answer = Agent(APIClient(), bobs_token).post(f"/api/v1/confirmations/{confirmation.pk}/approve",
-                                                 {"digest": confirmation.digest})
+    answer = bob.client.post(f"/api/v1/confirmations/{confirmation.pk}/approve", {"digest": confirmation.digest})
     assert answer.status_code == 403 and answer.json()["code"] == "separation_of_duties", answer.content
     assert Invocation.objects.get(pk=invocation_id).run.on_behalf_of_user == bob
 
