@@ -230,10 +230,13 @@ def authorization_preview(*, spec: ToolSpec, tenant, subject, normalized_argumen
     return authorize(requirements=requirements, grants=grants, ctx=ctx)
 
 
-def edit_rule(*, spec: ToolSpec, decision: Decision) -> str:
-    """The strictest ``edits`` rule of the approval policies ``decision`` used, and the ToolSpec's."""
+def edit_rule(*, spec: ToolSpec, decision: Decision, authorization: dict | None = None) -> str:
+    """The strictest ``edits`` rule of the ToolSpec's approval policy, the policies ``decision``
+    used and those recorded in ``authorization`` (the original call's record)."""
     spec_approval, _ = _spec_approval(spec.confirmation_policy or {})
-    return strictest_edit_rule([spec_approval, *(g.policy for g in decision.used_grants)])
+    policies = [spec_approval, *(g.policy for g in decision.used_grants)]
+    recorded = [(c.get("approval_policy") or {}).get("edits") for c in (authorization or {}).get("capabilities") or []]
+    return strictest_edit_rule([*(p.edits for p in policies if p is not None), *recorded])
 
 
 def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now, spec_approval=None):

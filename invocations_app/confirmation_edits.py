@@ -71,7 +71,8 @@ def confirmation_edit_requirement(*, confirmation: Confirmation, plan: Admission
     """Who must release the edited arguments ``plan`` (``decision``: what the grants say of them)."""
     spec = confirmation.tool_spec
     return edit_requirement(
-        rule=edit_rule(spec=spec, decision=decision), original_approvals=confirmation.approvals_needed,
+        rule=edit_rule(spec=spec, decision=decision, authorization=confirmation.invocation.authorization),
+        original_approvals=confirmation.approvals_needed,
         edited_approvals=decision.approvals_needed if decision.effect == Effect.CONFIRM else 0,
         before=confirmation.arguments, after=plan.normalized_arguments,
         resource_pointers=[entry.get("resource_pointer") for entry in spec.required_capabilities or []],
@@ -113,7 +114,10 @@ def confirmation_approve_with_edits(
     replacement = _replace_invocation(confirmation=confirmation, user=user, plan=plan, reason=reason, needs=needs)
     invocation_authorize(invocation=replacement, approvals_floor=needs.approvals_needed)
     replacement.refresh_from_db()
-    pending = replacement.confirmations.get(state=Confirmation.Status.PENDING)  # always: the floor opens one
+    # The floor opens a confirmation unless the grants deny after all (a limit spent since the preview).
+    pending = replacement.confirmations.filter(state=Confirmation.Status.PENDING).first()
+    if pending is None:
+        return replacement
     return confirmation_approve(confirmation=pending, user=user, digest_seen=plan.digest, reason=f"edited and approved: {reason}")
 
 

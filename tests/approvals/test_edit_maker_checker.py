@@ -9,6 +9,7 @@ import pytest
 
 from invocations_app.models import Confirmation, Event, Invocation
 from invocations_app.standing_approvals import standing_approval_grant
+from specs_app.models import Grant
 from tests.builders import Agent, agent_client, make_finance_subject, make_payments_spec, payment_args, person_client
 
 pytestmark = pytest.mark.django_db
@@ -116,4 +117,12 @@ def test_the_policy_can_ask_a_second_person_for_every_edit(payments, ann):
     original = propose(agent, payments, payment_args(4000))
     body = edit(ann, original, payment_args(3000))  # only narrows, yet the policy wants a checker
     assert body["invocation"]["state"] == "AUTHORIZED"
+    assert (body["awaiting"]["approvals"], body["awaiting"]["approvals_needed"]) == (1, 2)
+
+
+def test_relaxing_the_policy_after_the_call_was_asked_for_does_not_relax_its_edits(payments, ann):
+    agent = finance_agent({**POLICY, "edits": "second_person_always"})
+    original = propose(agent, payments, payment_args(4000))
+    Grant.objects.filter(subject=agent.subject).update(approval_policy=POLICY)  # the default rule from now on
+    body = edit(ann, original, payment_args(3000))
     assert (body["awaiting"]["approvals"], body["awaiting"]["approvals_needed"]) == (1, 2)

@@ -192,7 +192,7 @@ def test_the_edits_rule_is_part_of_a_policy_and_the_strictest_one_wins():
     always = ApprovalPolicy.from_dict({"edits": "second_person_always"})
     assert always.to_dict() == {"edits": "second_person_always"}
     assert ApprovalPolicy.from_dict({"approvals": 2}).edits == EDITS_UNLESS_NARROWING  # the safe default
-    assert strictest_edit_rule([None, ApprovalPolicy.from_dict({"approvals": 2}), always]) == EDITS_ALWAYS
+    assert strictest_edit_rule([None, ApprovalPolicy.from_dict({"approvals": 2}).edits, always.edits]) == EDITS_ALWAYS
     assert strictest_edit_rule([]) == EDITS_UNLESS_NARROWING
     with pytest.raises(PolicyError, match="edits must be one of"):
         ApprovalPolicy.from_dict({"edits": "editor_alone"})

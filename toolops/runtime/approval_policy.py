@@ -265,9 +265,9 @@ class EditRequirement:
     rule: str
 
 
-def strictest_edit_rule(policies) -> str:
-    """The strictest ``edits`` rule among ``policies`` (``None`` entries ignored; none: the default)."""
-    return max((p.edits for p in policies if p is not None), key=EDIT_RULES.index, default=EDITS_UNLESS_NARROWING)
+def strictest_edit_rule(rules) -> str:
+    """The strictest of ``rules`` (``edits`` values; ``None`` and unknown ones ignored; none: the default)."""
+    return max((r for r in rules if r in EDIT_RULES), key=EDIT_RULES.index, default=EDITS_UNLESS_NARROWING)
 
 
 def edit_requirement(*, rule: str, original_approvals: int, edited_approvals: int, before: Any, after: Any,
