@@ -81,7 +81,7 @@ def build_mixed_workload(world: ServiceWorld) -> dict[str, Invocation]:
         confirmation=confirmation, user=w.user, digest_seen=original.digest, edited_arguments=edited,
         new_digest_seen=new_digest, reason="nine is better",
     )
-    checker = type(w.user).objects.create_user(f"{w.user.username}-checker")  # a new title: another person checks it
+    checker, _ = type(w.user).objects.get_or_create(username=f"{w.user.username}-checker")  # a new title: another person checks it
     confirmation_approve(confirmation=w.pending(replacement), user=checker, digest_seen=new_digest, reason="checked")
     inv["write_edited_original"] = fresh(original)
     inv["write_edited_replacement"] = w.execute(replacement)
