@@ -60,7 +60,8 @@ def _subject(request):
 
 
 class RunCreateView(APIView):
-    @extend_schema(request=RunIn, responses={201: RunOut, **problem_responses({400: ["invalid_timezone"]}, body=True)},
+    @extend_schema(request=RunIn, responses={201: RunOut, **problem_responses(
+        {400: ["invalid_timezone", "unknown_person", "on_behalf_of_conflict"]}, body=True)},
                    summary="Start a run")
     def post(self, request):
         data = _valid(RunIn, request.data)

@@ -116,9 +116,18 @@ class StandingRevokedOut(serializers.Serializer):
     calls_covered = serializers.IntegerField(help_text="calls it covered before it was revoked (they stand)")
 
 
+class AwaitingOut(serializers.Serializer):
+    confirmation_id = serializers.UUIDField()
+    approvals = serializers.IntegerField(help_text="distinct people who approved it so far (an editor's own approval counts)")
+    approvals_needed = serializers.IntegerField()
+
+
 class DecisionOut(serializers.Serializer):
     confirmation = ConfirmationOut()
     invocation = serializers.DictField(help_text="`{id, state, digest}` of the call that goes on (the replacement, after an edit)")
+    awaiting = AwaitingOut(allow_null=True, help_text=(
+        "when that call still waits for other approvers (a quorum, or an edit another person must check): its "
+        "confirmation and the count so far; null once it is released or ended"))
 
 
 # --- views -----------------------------------------------------------------------------------
@@ -214,7 +223,8 @@ class ConfirmationDenyView(ApprovalsView):
 class ConfirmationApproveWithEditsView(ApprovalsView):
     @extend_schema(request=ApproveWithEditsIn, responses={200: DecisionOut, **problem_responses(
         {**_DECIDE_ERRORS, 400: ["edit_rejected", "edit_not_authorized"], 409: ["digest_mismatch", *_DECIDE_ERRORS[409]]}, body=True)},
-        summary="Approve corrected arguments (re-validated, re-authorized; the approval binds the new digest)",
+        summary="Approve corrected arguments (re-validated, re-authorized; the approval binds the new digest; "
+                "another approver must approve an edit that does more than narrow numbers: `awaiting`)",
         tags=["approvals"])
     def post(self, request, confirmation_id):
         confirmation = confirmation_get_for_user(user=request.user, pk=confirmation_id)
@@ -258,7 +268,10 @@ class _digest_mismatch:
 
 def _decision(confirmation: Confirmation, invocation) -> Response:
     confirmation.refresh_from_db()
+    waiting = Confirmation.objects.filter(invocation_id=invocation.pk, state=Confirmation.Status.PENDING).first()
     return Response({
         "confirmation": confirmation_summary(confirmation),
         "invocation": {"id": str(invocation.pk), "state": invocation.state, "digest": invocation.digest},
+        "awaiting": None if waiting is None else {
+            "confirmation_id": str(waiting.pk), "approvals": waiting.approvals.count(), "approvals_needed": waiting.approvals_needed},
     })

@@ -18,7 +18,7 @@ from django.utils import timezone
 from specs_app.models import ToolSpec
 from specs_app.selectors import call_requirements, grant_snapshots
 from specs_app.upstream import upstream_gate
-from toolops.runtime.approval_policy import ApprovalPolicy, PolicyError, earliest_escalation
+from toolops.runtime.approval_policy import ApprovalPolicy, PolicyError, earliest_escalation, strictest_edit_rule
 from toolops.runtime.authorization import AuthContext, Decision, Effect, GrantSnapshot, Reason, Usage, authorize
 from toolops.runtime.requirements import RequirementError, money_currency
 from toolops.runtime.admission import Step
@@ -98,9 +98,13 @@ class AuthOutcome:
 
 def authorization_decide(
     *, spec: ToolSpec, tenant, subject, run_id, invocation_id, normalized_arguments, now: datetime, counter=None,
+    approvals_floor: int = 0,
 ) -> AuthOutcome:
     """Decide for one call (grants snapshot + pure decision + atomic reservation of counting limits).
 
+    ``approvals_floor``: arguments a person chose (an approver's edit, ``confirmation_edits``):
+    unless the grants deny them, a confirmation is opened for at least that many distinct
+    approvers, whatever the grants' own effect, and no standing approval stands in for them.
     Reserved units are given back with ``release_reservations`` when the call is not recorded
     after all (admission lost a race)."""
     counter = counter or default_counter()
@@ -121,7 +125,7 @@ def authorization_decide(
     # An upstream's class is its own claim until an admin confirms it: until then a person decides.
     unconfirmed = gate is not None and gate.needs_human
     needs_human = decision.effect == Effect.CONFIRM or (
-        decision.effect == Effect.ALLOW and (bool(policy.get("required")) or unconfirmed))
+        decision.effect == Effect.ALLOW and (bool(policy.get("required")) or unconfirmed or approvals_floor > 0))
     seconds = int(policy.get("expires_seconds", DEFAULT_CONFIRMATION_SECONDS))
     record = {
         "decision": "deny" if decision.effect == Effect.DENY else ("confirm" if needs_human else "allow"),
@@ -133,7 +137,7 @@ def authorization_decide(
     fields, standing = {}, None
     if needs_human:
         fields, standing = _human_step(decision=decision, spec=spec, spec_approval=spec_approval, run_id=run_id,
-                                       amounts=amounts, currency=currency, now=now, record=record)
+                                       amounts=amounts, currency=currency, now=now, record=record, floor=approvals_floor)
         needs_human = standing is None
     return AuthOutcome(
         decision=decision, record=record, needs_human=needs_human,
@@ -156,18 +160,19 @@ def _spec_approval(confirmation_policy: dict) -> tuple[ApprovalPolicy | None, st
 
 
 def _human_step(*, decision: Decision, spec: ToolSpec, spec_approval, run_id, amounts: dict, currency: str | None,
-                now: datetime, record: dict):
-    """A call that needs a person: its quorum and escalation, or a standing approval that stands in.
+                now: datetime, record: dict, floor: int = 0):
+    """A call that needs a person: its quorum and escalation, or a standing approval that stands in
+    (never for a person's edit, ``floor`` > 0: its approvers are the ones the edit rule names).
 
     Updates ``record`` (the authorization record) with what was decided; returns the pending
     confirmation's fields and the standing approval taken (if any).
     """
-    approvals = max(decision.approvals_needed, 1)
+    approvals = max(decision.approvals_needed, 1, floor)
     escalation = decision.escalation or earliest_escalation([spec_approval])
     standing = standing_approval_take(
         run_id=run_id, tool_spec_id=spec.pk, approvals_needed=approvals, now=now,
         amount=max((a for a in amounts.values() if a is not None), default=None), currency=currency,
-    ) if run_id is not None else None
+    ) if run_id is not None and not floor else None
     if standing is not None:
         record["decision"] = "allow"
         record["standing_approval"] = standing.record()
@@ -181,12 +186,13 @@ def _human_step(*, decision: Decision, spec: ToolSpec, spec_approval, run_id, am
     return fields, None
 
 
-def invocation_authorize(*, invocation: Invocation, counter=None) -> Invocation:
-    """Authorize an invocation that is already recorded as VALIDATED, by transitions."""
+def invocation_authorize(*, invocation: Invocation, counter=None, approvals_floor: int = 0) -> Invocation:
+    """Authorize an invocation that is already recorded as VALIDATED, by transitions
+    (``approvals_floor``: see ``authorization_decide``)."""
     outcome = authorization_decide(
         spec=invocation.tool_spec, tenant=invocation.tenant, subject=invocation.subject, run_id=invocation.run_id,
         invocation_id=invocation.pk, normalized_arguments=invocation.normalized_arguments, now=timezone.now(),
-        counter=counter,
+        counter=counter, approvals_floor=approvals_floor,
     )
     released = not outcome.denied and not outcome.needs_human  # else its deadline starts at approval
     deadline = {"deadline": invocation_deadline(spec=invocation.tool_spec, run=invocation.run, released_at=timezone.now())} if released else {}
@@ -222,6 +228,15 @@ def authorization_preview(*, spec: ToolSpec, tenant, subject, normalized_argumen
         return inputs
     requirements, grants, ctx = inputs
     return authorize(requirements=requirements, grants=grants, ctx=ctx)
+
+
+def edit_rule(*, spec: ToolSpec, decision: Decision, authorization: dict | None = None) -> str:
+    """The strictest ``edits`` rule of the ToolSpec's approval policy, the policies ``decision``
+    used and those recorded in ``authorization`` (the original call's record)."""
+    spec_approval, _ = _spec_approval(spec.confirmation_policy or {})
+    policies = [spec_approval, *(g.policy for g in decision.used_grants)]
+    recorded = [(c.get("approval_policy") or {}).get("edits") for c in (authorization or {}).get("capabilities") or []]
+    return strictest_edit_rule([*(p.edits for p in policies if p is not None), *recorded])
 
 
 def _decision_inputs(*, spec: ToolSpec, tenant, subject, arguments, now, spec_approval=None):

@@ -9,6 +9,14 @@ console's ``approve_toolspec`` check; their approval binds the *new* digest.
 The original call ends CANCELLED_BEFORE_COMMIT without a tool message of its own: the model's
 tool-call id is answered by the replacement, whose message says a person changed the arguments
 and what they are now (``tool_messages.edit_notice``).
+
+Maker–checker (``toolops.runtime.approval_policy.edit_requirement``): an edit is new arguments
+chosen by a person, so the replacement's confirmation needs as many distinct approvers as the
+original or the edited arguments need, whichever is more — the editor's approval counted as
+one — and, unless the policies' ``edits`` rule lets the editor narrow alone and the edit only
+brings numbers closer to zero, at least two: someone other than the editor must approve it. No
+standing approval stands in for them. ``confirmation_edit_requirement`` says so before the
+approver submits (the console's edit page shows it).
 """
 from __future__ import annotations
 
@@ -18,13 +26,14 @@ from django.utils import timezone
 from specs_app.selectors import tool_view
 from toolops.errors import ApplicationError
 from toolops.runtime.admission import AdmissionPlan, admit
+from toolops.runtime.approval_policy import EditRequirement, edit_requirement
 from toolops.runtime.authorization import Decision, Effect
 from toolops.runtime.digest import canonical_json
 from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.states import State
 
 from .admission import parser_limits, record_admission
-from .authorization import authorization_preview, invocation_authorize
+from .authorization import authorization_preview, edit_rule, invocation_authorize
 from .confirmations import StaleDigest, confirmation_approve, decision_claim, refuse_if_acting_for, refuse_if_overdue
 from .models import Confirmation, Invocation
 from .transitions import invocation_transition
@@ -58,6 +67,18 @@ def confirmation_edit_authorization(*, confirmation: Confirmation, plan: Admissi
                                  normalized_arguments=plan.normalized_arguments, now=timezone.now())
 
 
+def confirmation_edit_requirement(*, confirmation: Confirmation, plan: AdmissionPlan, decision: Decision) -> EditRequirement:
+    """Who must release the edited arguments ``plan`` (``decision``: what the grants say of them)."""
+    spec = confirmation.tool_spec
+    return edit_requirement(
+        rule=edit_rule(spec=spec, decision=decision, authorization=confirmation.invocation.authorization),
+        original_approvals=confirmation.approvals_needed,
+        edited_approvals=decision.approvals_needed if decision.effect == Effect.CONFIRM else 0,
+        before=confirmation.arguments, after=plan.normalized_arguments,
+        resource_pointers=[entry.get("resource_pointer") for entry in spec.required_capabilities or []],
+    )
+
+
 def confirmation_approve_with_edits(
     *, confirmation: Confirmation, user, digest_seen: str, edited_arguments, new_digest_seen: str, reason: str
 ) -> Invocation:
@@ -67,8 +88,9 @@ def confirmation_approve_with_edits(
     changed and point at the replacement); the replacement is a new invocation linked by
     ``edited_from``, authorized like any other, and approved only if ``new_digest_seen`` is the
     digest the edit actually produced. An edit the subject's grants would deny is refused
-    (``edit_not_authorized``) and nothing changes. Returns the replacement (PREPARED / EXECUTING
-    once approved; the worker runs it once).
+    (``edit_not_authorized``) and nothing changes. The editor's approval is the replacement's
+    first; it waits (AUTHORIZED) for the others ``confirmation_edit_requirement`` names. Returns
+    the replacement (PREPARED / EXECUTING once released; the worker runs it once).
     """
     if digest_seen != confirmation.digest:
         raise StaleDigest("the arguments changed since you looked: review the new digest", extra={"digest": confirmation.digest})
@@ -88,16 +110,19 @@ def confirmation_approve_with_edits(
         reasons = decision.public_reasons()
         raise ApplicationError("the edited call would not be authorized: " + ", ".join(sorted({r["code"] for r in reasons})),
                                code="edit_not_authorized", extra={"reasons": reasons})
-    replacement = _replace_invocation(confirmation=confirmation, user=user, plan=plan, reason=reason)
-    invocation_authorize(invocation=replacement)
+    needs = confirmation_edit_requirement(confirmation=confirmation, plan=plan, decision=decision)
+    replacement = _replace_invocation(confirmation=confirmation, user=user, plan=plan, reason=reason, needs=needs)
+    invocation_authorize(invocation=replacement, approvals_floor=needs.approvals_needed)
     replacement.refresh_from_db()
+    # The floor opens a confirmation unless the grants deny after all (a limit spent since the preview).
     pending = replacement.confirmations.filter(state=Confirmation.Status.PENDING).first()
-    if pending is not None:
-        return confirmation_approve(confirmation=pending, user=user, digest_seen=plan.digest, reason=f"edited and approved: {reason}")
-    return replacement
+    if pending is None:
+        return replacement
+    return confirmation_approve(confirmation=pending, user=user, digest_seen=plan.digest, reason=f"edited and approved: {reason}")
 
 
-def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan, reason: str) -> Invocation:
+def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan, reason: str,
+                        needs: EditRequirement) -> Invocation:
     original = confirmation.invocation
     now = timezone.now()
     with transaction.atomic():
@@ -113,7 +138,8 @@ def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan
         invocation_transition(
             invocation=original, src=State.AUTHORIZED, dst=State.CANCELLED_BEFORE_COMMIT, kind="edited_by_approver",
             data={"replacement_invocation_id": str(replacement.pk), "old_digest": original.digest,
-                  "new_digest": plan.digest, "reason": reason},
+                  "new_digest": plan.digest, "reason": reason, "approvals_needed": needs.approvals_needed,
+                  "second_person": needs.second_person, "changes": list(needs.changes), "edit_rule": needs.rule},
             actor=f"user:{user.username}",
             fields={"error_code": "cancelled",
                     "error_message": f"an approver changed the arguments; the call continues as invocation {replacement.pk}",

@@ -9,7 +9,7 @@ Quorum (issue 14): a confirmation may need ``approvals_needed`` distinct people.
 a ``ConfirmationApproval`` row written under a row lock on the confirmation, so approvals of one
 confirmation are serialized: the N-th distinct approver decides it (once), an approver who
 already approved changes nothing (``duplicate_approver``), and the person the run acts for
-(``Run.on_behalf_of``) is refused outright (``separation_of_duties``).
+(``acts_for``: a user, resolved when the run was opened) is refused outright (``separation_of_duties``).
 """
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from specs_app.models import Subject
 from toolops.errors import ApplicationError, Conflict
+from toolops.runtime.person_names import person_key_lenient
 from toolops.runtime.states import State
 
 from .budgets import invocation_deadline
@@ -50,18 +52,30 @@ class SeparationOfDuties(ApplicationError):
 
 
 def acts_for(run: Run, user) -> bool:
-    """Is ``user`` the person ``run`` acts for (``on_behalf_of`` = their username or email, any case)?"""
-    person = (run.on_behalf_of or "").strip().casefold()
-    if not person:
+    """Is ``user`` the person ``run`` acts for? Compared by user, never by text: the user the run
+    was resolved to when it was opened (``Run.on_behalf_of_user``), or the one an admin has bound
+    its agent to since (``Subject.acts_for``: a day's MCP run opened before the binding is covered
+    too). A run opened before names were resolved keeps only its text, compared as a reader sees
+    it (``person_key_lenient``: case, look-alike letters and invisible characters do not count)."""
+    if user.pk is None:
         return False
-    return person in {user.get_username().casefold(), (getattr(user, "email", "") or "").strip().casefold()} - {""}
+    bound = Subject.objects.filter(pk=run.subject_id).values_list("acts_for_id", flat=True).first()
+    if user.pk in (run.on_behalf_of_user_id, bound):
+        return True
+    if run.on_behalf_of_user_id is None and run.on_behalf_of:
+        names = [name for name in (user.get_username(), getattr(user, "email", "") or "") if name]
+        declared = run.on_behalf_of.strip()
+        # "user:bob" is how ToolOps itself writes a person (event actors).
+        said = {person_key_lenient(declared), person_key_lenient(declared.removeprefix("user:"))}
+        return not said.isdisjoint(person_key_lenient(name) for name in names)
+    return False
 
 
 def refuse_if_acting_for(run: Run, user) -> None:
     if acts_for(run, user):
         raise SeparationOfDuties(
-            f"{user.get_username()} is the person this run acts for ({run.on_behalf_of}): they cannot approve its calls",
-            extra={"on_behalf_of": run.on_behalf_of},
+            f"{user.get_username()} is the person this run acts for: they cannot approve its calls",
+            extra={"on_behalf_of": user.get_username()},
         )
 
 

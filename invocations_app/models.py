@@ -35,9 +35,15 @@ class Run(models.Model):
     timezone = models.CharField(max_length=64, default="UTC")
     locale = models.CharField(max_length=35, default="en-US")
     metadata = models.JSONField(default=dict, blank=True)
-    # The person this run acts for (username or email, as given to POST /runs): separation of
-    # duties — they never approve the run's calls nor grant its standing approvals.
+    # The person this run acts for: ``on_behalf_of`` as the agent declared it (username or email,
+    # blank when it named nobody) and ``on_behalf_of_user``, the user of the run's tenant it was
+    # resolved to at creation (or the subject's ``acts_for``). Separation of duties compares the
+    # user: they never approve the run's calls nor grant its standing approvals.
     on_behalf_of = models.CharField(max_length=254, blank=True, default="")
+    # Indexed below (partial): deleting a user checks PROTECT through it.
+    on_behalf_of_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False,
+    )
     # The MCP front door's key for a run it opened: "session:<Mcp-Session-Id>" or
     # "day:<YYYY-MM-DD>" (stateless clients); blank for runs opened over the REST API.
     mcp_key = models.CharField(max_length=200, blank=True, default="")
@@ -57,10 +63,20 @@ class Run(models.Model):
                 fields=["subject", "mcp_key"], condition=~Q(mcp_key=""), name="invocations_run_unique_mcp_key"
             ),
         ]
-        indexes = [models.Index(fields=["tenant", "-created_at"], name="invocations_run_tenant_recent")]
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="invocations_run_tenant_recent"),
+            # Deleting a user: PROTECT asks whether any run acts for them (most runs act for nobody).
+            models.Index(fields=["on_behalf_of_user"], name="invocations_run_person",
+                         condition=Q(on_behalf_of_user__isnull=False)),
+        ]
 
     def __str__(self) -> str:
         return f"run {self.id}"
+
+    @property
+    def person_name(self) -> str:
+        """Whom the run acts for, for a page: the resolved user's username, else the declared text."""
+        return self.on_behalf_of_user.get_username() if self.on_behalf_of_user_id else self.on_behalf_of
 
 
 class ModelCall(models.Model):

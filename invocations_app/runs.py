@@ -1,12 +1,14 @@
 """Writes for runs and model calls: open and end a run, record what one model request is shown."""
 from __future__ import annotations
 
-
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
 from specs_app.models import Subject, ToolSpec
-from specs_app.selectors import toolspec_renderable, toolspecs_offered_to_subject, toolspecs_visible_to_subject
+from specs_app.selectors import (
+    tenant_person_named, toolspec_renderable, toolspecs_offered_to_subject, toolspecs_visible_to_subject,
+)
 from toolops.errors import ApplicationError, Conflict, UnknownTool
 from toolops.runtime.rendering import FORMATS, render_tool
 from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
@@ -21,15 +23,37 @@ def run_create(*, subject: Subject, budgets: dict, timezone_name: str, locale: s
                on_behalf_of: str = "") -> Run:
     """Open a Run for ``subject``; its trace continues the caller's or starts a new one.
 
-    ``on_behalf_of``: the person (username or email) the run acts for; they never approve its calls."""
+    ``on_behalf_of``: the person the run acts for, as the agent names them (username or email).
+    It is resolved now to one user of the subject's tenant (``tenant_person_named``; an unknown,
+    look-alike-ambiguous or invisibly altered name is refused, ``unknown_person``) and that user
+    is stored: they never approve the run's calls. A subject an admin bound to a person
+    (``Subject.acts_for``) acts for them in every run it opens, named or not; naming someone else
+    is refused (``on_behalf_of_conflict``)."""
     # An IANA name, not merely something zoneinfo can load: "localtime" would make normalization
     # (and so the digest) depend on the host, and "UTC+8" style offsets are no zone at all.
     if not is_iana_zone(timezone_name):
         raise ApplicationError(f"unknown IANA timezone {timezone_name!r}", code="invalid_timezone")
+    declared = (on_behalf_of or "").strip()
     return Run.objects.create(
         tenant_id=subject.tenant_id, subject=subject, budgets=budgets, timezone=timezone_name, locale=locale,
-        metadata=metadata, trace_id=trace.trace_id if trace else new_trace_id(), on_behalf_of=(on_behalf_of or "").strip(),
+        metadata=metadata, trace_id=trace.trace_id if trace else new_trace_id(), on_behalf_of=declared,
+        on_behalf_of_user_id=_run_person_id(subject=subject, declared=declared),
     )
+
+
+def _run_person_id(*, subject: Subject, declared: str) -> int | None:
+    """The user a new run of ``subject`` acts for: the one ``declared`` names, else the subject's."""
+    if not declared:
+        return subject.acts_for_id
+    person = tenant_person_named(tenant=subject.tenant, name=declared)
+    if subject.acts_for_id is not None and person.pk != subject.acts_for_id:
+        bound = get_user_model().objects.get(pk=subject.acts_for_id).get_username()
+        raise ApplicationError(
+            f"this agent acts for {bound} (set by an admin); on_behalf_of names {person.get_username()}: leave "
+            "on_behalf_of out, or use an agent that acts for that person", code="on_behalf_of_conflict",
+            extra={"acts_for": bound},
+        )
+    return person.pk
 
 
 def run_finish(*, run: Run, reason: str = "finished by the agent runtime") -> Run:

@@ -125,8 +125,9 @@ class RunIn(serializers.Serializer):
     metadata = JSONSafeDictField(required=False, default=dict, help_text=(
         "any JSON object up to 64 KiB: no NUL characters, no lone surrogates, finite numbers"))
     on_behalf_of = StrictCharField(max_length=254, required=False, allow_blank=True, default="", help_text=(
-        "the person this run acts for (a console username or email): separation of duties — they can never "
-        "approve this run's calls"))
+        "the person this run acts for (a console username or email of a user of this tenant; 400 unknown_person "
+        "otherwise): separation of duties — they can never approve this run's calls. Without it, the person "
+        "an admin bound this agent to (if any)"))
 
     def validate_timezone(self, value):
         # Checked against the zone list, not by loading it: ZoneInfo("America") raises
@@ -265,6 +266,7 @@ def run_to_dict(run: Run) -> dict:
         "locale": run.locale,
         "metadata": run.metadata,
         "on_behalf_of": run.on_behalf_of or None,
+        "on_behalf_of_user": run.on_behalf_of_user.get_username() if run.on_behalf_of_user_id else None,
         "created_at": run.created_at.isoformat(),
         "ended_at": run.ended_at.isoformat() if run.ended_at else None,
         "end_reason": run.end_reason or None,
@@ -397,7 +399,10 @@ class RunOut(serializers.Serializer):
     timezone = serializers.CharField()
     locale = serializers.CharField()
     metadata = serializers.DictField()
-    on_behalf_of = serializers.CharField(allow_null=True, help_text="the person this run acts for (never its approver)")
+    on_behalf_of = serializers.CharField(allow_null=True, help_text="the person this run acts for, as declared")
+    on_behalf_of_user = serializers.CharField(allow_null=True, help_text=(
+        "the username of the person this run acts for (never its approver): whom on_behalf_of was resolved to, "
+        "or the person an admin bound this agent to"))
     created_at = serializers.DateTimeField()
     ended_at = serializers.DateTimeField(allow_null=True)
     end_reason = serializers.CharField(allow_null=True)

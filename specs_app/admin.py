@@ -30,7 +30,7 @@ from .services import (
     api_token_issue, api_token_revoke, grant_create, personal_token_revoke, grant_revoke, grant_set_expiry, grant_tenants_for_user,
     grant_validate, toolspec_new_version, toolspec_publish, toolspec_retire,
 )
-from .selectors import MANAGE_TOOLSPECS, tenants_for_user
+from .selectors import MANAGE_TOOLSPECS, tenant_people, tenants_for_user
 
 # The one admin site is the ToolOps console (set here: this module is loaded by autodiscovery).
 admin.site.site_header = "ToolOps console"
@@ -67,11 +67,32 @@ class TenantAdmin(ReinforcedGuardedModelAdmin):
     prepopulated_fields = {"slug": ["name"]}
 
 
+class SubjectForm(forms.ModelForm):
+    """An agent can only be bound to a person of its own tenant (``tenant_people``)."""
+
+    class Meta:
+        model = Subject
+        fields = ["tenant", "name", "is_active", "acts_for"]
+
+    def clean(self):
+        data = super().clean()
+        person, tenant = data.get("acts_for"), data.get("tenant")
+        if person is not None and tenant is not None and not tenant_people(tenant=tenant).filter(pk=person.pk).exists():
+            self.add_error("acts_for", f"{person.get_username()} is not a person of tenant {tenant.slug} (no permission "
+                                       "on it, or inactive): give them one first, or choose a person of this tenant")
+        return data
+
+
 @admin.register(Subject)
 class SubjectAdmin(admin.ModelAdmin):
-    list_display = ["name", "tenant", "is_active", "created_at"]
+    """Agents. ``acts_for`` binds one to the person it acts for: every run it opens (REST or MCP)
+    acts for them, and they can never approve its calls (docs/approvals.md)."""
+
+    form = SubjectForm
+    list_display = ["name", "tenant", "acts_for", "is_active", "created_at"]
     list_filter = ["tenant", "is_active"]
-    search_fields = ["name", "tenant__slug"]
+    search_fields = ["name", "tenant__slug", "acts_for__username"]
+    list_select_related = ["tenant", "acts_for"]
     actions = ["issue_token"]
 
     @admin.action(description="Issue an API token (shown once)")

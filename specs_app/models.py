@@ -43,6 +43,13 @@ class Subject(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="subjects")
     name = models.CharField(max_length=200)
     is_active = models.BooleanField(default=True)
+    # The person this agent acts for, set by an admin: every run it opens (REST or MCP) acts for
+    # them, so they never approve its calls. PROTECT: a person named on runs is deactivated, not deleted.
+    acts_for = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="the person this agent acts for (a user of its tenant): every run it opens acts for them, "
+                  "and they can never approve its calls",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

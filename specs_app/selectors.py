@@ -5,16 +5,20 @@ import time
 from datetime import datetime
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db.models import Q, QuerySet
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
-from guardian.shortcuts import get_objects_for_user
+from guardian.shortcuts import get_objects_for_user, get_users_with_perms
 
 from toolops.db_batch import select_rows
+from toolops.errors import ApplicationError
 from toolops.runtime.admission import ToolView
 from toolops.runtime.approval_policy import ApprovalPolicy
 from toolops.runtime.authorization import GrantSnapshot, Limits
 from toolops.runtime.mcp_definitions import QUARANTINED
+from toolops.runtime.person_names import InvisibleCharacter, person_key, person_key_lenient
 from toolops.runtime.rendering import RenderableTool
 from toolops.runtime.requirements import Requirement, requirements_for
 
@@ -50,6 +54,43 @@ def tenants_for_user(*, user, permission: str | list[str]) -> QuerySet[Tenant]:
     if not (user.is_authenticated and user.is_active):  # guardian has no anonymous user here
         return Tenant.objects.none()
     return get_objects_for_user(user, permission, klass=Tenant, any_perm=isinstance(permission, list))
+
+
+def tenant_people(*, tenant: Tenant) -> QuerySet:
+    """Active people of ``tenant``: users holding any of its permissions (``Tenant.Meta.permissions``)
+    on it — a guardian object permission of their own or of a group — or model-wide (every
+    tenant: platform staff), and superusers. Whoever may approve, resolve or see its calls is one."""
+    codenames = [codename for codename, _ in Tenant._meta.permissions]
+    on_tenant = get_users_with_perms(tenant, only_with_perms_in=codenames, with_group_users=True, with_superusers=True)
+    model_wide = Permission.objects.filter(content_type__app_label="specs_app", content_type__model="tenant",
+                                           codename__in=codenames)
+    return get_user_model().objects.filter(is_active=True).filter(
+        Q(pk__in=on_tenant.values("pk")) | Q(user_permissions__in=model_wide) | Q(groups__permissions__in=model_wide)
+    ).distinct()
+
+
+def tenant_person_named(*, tenant: Tenant, name: str):
+    """The one person of ``tenant`` whose username or email reads as ``name`` to a person
+    (``toolops.runtime.person_names``: NFKC, case-folded, UTS #39 skeleton), or ``unknown_person``.
+
+    Refused (400 ``unknown_person``): a name with an invisible or control character, a name no
+    person of the tenant reads as, and one two people read as (an admin must tell them apart).
+    Reads the tenant's people's names once (two short columns): fine for the hundreds of people a
+    tenant has; a tenant of tens of thousands would want the keys stored."""
+    try:
+        key = person_key(name)
+    except InvisibleCharacter as exc:
+        raise ApplicationError(f"on_behalf_of contains {exc}: name the person as they sign in (username or email)",
+                               code="unknown_person", extra={"character": exc.character}) from None
+    found = {pk for pk, username, email in tenant_people(tenant=tenant).values_list("pk", "username", "email")
+             if key in (person_key_lenient(username), person_key_lenient(email) if email else None)}
+    if not found:
+        raise ApplicationError(f"on_behalf_of names no person of tenant {tenant.slug}: send the username or email "
+                               "of a user who holds a permission on this tenant", code="unknown_person")
+    if len(found) > 1:
+        raise ApplicationError(f"on_behalf_of reads as {len(found)} people of tenant {tenant.slug} (names that look "
+                               "alike, which nobody can tell apart on a page): ask an admin to rename one", code="unknown_person")
+    return get_user_model().objects.get(pk=found.pop())
 
 
 def toolspec_scope_q(*, tenant_id) -> Q:

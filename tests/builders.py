@@ -29,6 +29,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
+from rest_framework.test import APIClient
 
 from invocations_app import admission, runs
 from invocations_app.confirmations import confirmation_approve
@@ -277,6 +278,13 @@ def make_staff(*, username: str, superuser: bool = False) -> User:
     return User.objects.create_user(username, f"{username}@example.invalid", PASSWORD, is_staff=True)
 
 
+def make_person(*, username: str, tenant: Tenant) -> User:
+    """A staff user who is a person of ``tenant`` (``view_calls`` on it): a run can act for them."""
+    user = make_staff(username=username)
+    assign_perm("specs_app.view_calls", user, tenant)
+    return user
+
+
 def _allow(user, *, tool_permission: str, tenant_permission: str, spec: ToolSpec | None, tenant: Tenant | None) -> None:
     # None: the permission held model-wide (every ToolSpec / every tenant).
     assign_perm(f"specs_app.{tool_permission}", user, *([spec] if spec is not None else []))
@@ -300,6 +308,21 @@ def make_approver(*, username: str, spec: ToolSpec | None = None) -> tuple[User,
         allow_approving(user=user, spec=spec)
     _, secret = personal_token_issue(user=user, label="test")
     return user, secret
+
+
+def person_client(*, username: str, spec: ToolSpec | None = None) -> User:
+    """``make_approver``, with their Approvals API client as ``user.client``."""
+    user, secret = make_approver(username=username, spec=spec)
+    user.client = Agent(APIClient(), secret)
+    return user
+
+
+def agent_client(*, subject: Subject) -> Agent:
+    """An agent API client for ``subject`` (a fresh token), with ``agent.subject`` set."""
+    subject, secret = make_token(subject=subject)
+    agent = Agent(APIClient(), secret)
+    agent.subject = subject
+    return agent
 
 
 def admit_proposal(*, subject: Subject, spec: ToolSpec, arguments: dict, timezone_name: str = "Europe/Paris") -> Invocation:

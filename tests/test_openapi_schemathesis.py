@@ -52,6 +52,13 @@ checks.positive_data_acceptance.expected-statuses = ["2XX", 400, 401, 403, 404, 
 include-path = "/api/v1/runs/{{run_id}}/model-calls"
 checks.positive_data_acceptance.expected-statuses = ["2XX", 400, 401, 403, 404, 409, 429]
 
+# Who a run may act for depends on the tenant's people, not on the schema: a well-formed
+# on_behalf_of that names nobody of the tenant is a 400 unknown_person.
+[[operations]]
+include-path = "/api/v1/runs"
+include-method = "POST"
+checks.positive_data_acceptance.expected-statuses = ["2XX", 400, 401, 403, 404, 409, 429]
+
 # The Approvals API: a person's token. Its one confirmation is decided by the first valid
 # decision; every later one is a 409 already_decided, and a digest the schema cannot know is a
 # 409 digest_mismatch.

@@ -37,7 +37,7 @@ class ErrorCode(NamedTuple):
 DECISIONS: list[ErrorCode] = [
     ErrorCode("reason_required", 400, "a denial, an edit or a revocation needs a reason (a denial's is read by the model word for word)", "give a reason"),
     ErrorCode("edit_rejected", 400, "the edited arguments fail parsing, validation or normalization (`error`)", "fix the edit"),
-    ErrorCode("separation_of_duties", 403, "the run acts for this person (`on_behalf_of`): they may not approve its calls", "ask another approver"),
+    ErrorCode("separation_of_duties", 403, "the run acts for this person (the user `on_behalf_of` named, or its agent's `acts_for`): they may not approve its calls", "ask another approver"),
     ErrorCode("already_decided", 409, "the confirmation was decided (or expired) meanwhile (`state`)", "nothing to do"),
     ErrorCode("duplicate_approver", 409, "this person already approved the confirmation; a quorum needs different people", "wait for another approver"),
     ErrorCode("already_revoked", 409, "the standing approval was revoked meanwhile", "nothing to do"),
@@ -46,6 +46,8 @@ DECISIONS: list[ErrorCode] = [
 HTTP: dict[str, ErrorCode] = {c.code: c for c in [
     ErrorCode("malformed_request", 400, "the body, a query parameter or a header is not what the operation takes (`errors` says which field)", "fix the request; do not retry it unchanged"),
     ErrorCode("invalid_timezone", 400, "`timezone` is not an IANA zone name", "send a zone such as `Asia/Shanghai`"),
+    ErrorCode("unknown_person", 400, "`on_behalf_of` names no single person of the subject's tenant: nobody, two people whose names look alike, or a name with an invisible or control character (`character`)", "send the username or email of a user who holds a permission on the tenant, exactly as they sign in"),
+    ErrorCode("on_behalf_of_conflict", 400, "an admin bound this agent to a person (`acts_for`); `on_behalf_of` names someone else", "leave `on_behalf_of` out, or use an agent that acts for that person"),
     ErrorCode("invalid_format", 400, "`format` is not one of openai, anthropic, mcp", "use one of the three"),
     ErrorCode("unknown_tool", 400, "a `tools` entry is not a published `name@version` this subject may see", "list the tools with `GET /api/v1/tools`; never guess a version"),
     ErrorCode("duplicate_tool", 400, "a `tools` entry is listed twice", "list each tool once"),

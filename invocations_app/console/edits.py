@@ -1,6 +1,6 @@
 """Approve with edits in the console: a form generated from the tool's input schema (or raw
 JSON), a preview of what the edit becomes (normalized, new digest, difference, what the grants
-say), then one approval bound to the new digest.
+say, who else must approve it: maker–checker), then one approval bound to the new digest.
 
 Thin views: the form words come from ``toolops.runtime.approval_display``, the decision from
 ``invocations_app.confirmation_edits``. Previewing is a POST that writes nothing; only
@@ -21,10 +21,12 @@ from toolops.runtime import approval_display as words
 from toolops.runtime.authorization import Effect
 
 from ..approval_display import approval_display, spec_kinds
-from ..confirmation_edits import confirmation_approve_with_edits, confirmation_edit_authorization, confirmation_preview_edit
+from ..confirmation_edits import (
+    confirmation_approve_with_edits, confirmation_edit_authorization, confirmation_edit_requirement, confirmation_preview_edit,
+)
 from ..confirmations import StaleDigest
 from ..models import Confirmation
-from .formatting import pretty
+from .formatting import edit_needs_text, pretty
 from .selectors import confirmation_get_for_user
 
 
@@ -67,7 +69,9 @@ def _preview(confirmation: Confirmation, fields: list[dict], posted: dict, conte
     zone = (confirmation.invocation.normalization_context or {}).get("timezone")
     decision = confirmation_edit_authorization(confirmation=confirmation, plan=plan)
     denied = decision.effect == Effect.DENY
+    needs = confirmation_edit_requirement(confirmation=confirmation, plan=plan, decision=decision)
     return {"edited_text": edited_text, "errors": [], "preview": {
+        "needs": needs, "needs_text": edit_needs_text(needs),
         "digest": plan.digest, "unchanged": plan.digest == confirmation.digest,
         "arguments": words.arguments_display(plan.normalized_arguments, kinds, zone_name=zone),
         "changes": words.arguments_difference(confirmation.arguments, plan.normalized_arguments, kinds, zone_name=zone),
@@ -94,7 +98,13 @@ def approve_edited_view(request: HttpRequest, pk) -> HttpResponse:
     except ApplicationError as exc:
         messages.error(request, f"Not approved: {exc.message}")
         return redirect("confirmations:detail", pk=confirmation.pk)
-    messages.success(request, f"Approved the edited call ({replacement.digest[:12]}): invocation {replacement.pk} is {replacement.state}.")
+    waiting = replacement.confirmations.filter(state=Confirmation.Status.PENDING).first()
+    if waiting is not None:  # maker–checker: the edit waits for other approvers
+        have = waiting.approvals.count()
+        messages.success(request, f"Your edited call ({replacement.digest[:12]}) is recorded with your approval: {have} of "
+                                  f"{waiting.approvals_needed}; it runs when {waiting.approvals_needed - have} other person(s) approve it.")
+    else:
+        messages.success(request, f"Approved the edited call ({replacement.digest[:12]}): invocation {replacement.pk} is {replacement.state}.")
     return redirect(reverse("support:record", args=[replacement.pk]))
 
 

@@ -29,6 +29,20 @@ def render_arguments(arguments) -> str:
     return "\n".join(lines)
 
 
+def edit_needs_text(needs) -> str:
+    """What an approver's edit will need before it runs (``EditRequirement``), for the edit page."""
+    fields = ", ".join(dict.fromkeys(p.split("/")[1].replace("~1", "/").replace("~0", "~") for p in needs.changes))
+    total = f"{needs.approvals_needed} approvals in all, yours included"
+    if needs.second_person and needs.changes:
+        return f"This edit changes {fields}: another approver must approve it before it runs ({total})."
+    if needs.second_person:
+        return f"The approval policy asks a second person for every edit: another approver must approve it before it runs ({total})."
+    if needs.approvals_needed > 1:
+        return (f"This edit only narrows numbers, but the call needs {total}: "
+                f"{needs.approvals_needed - 1} more person(s) must approve it before it runs.")
+    return "This edit only narrows numbers: your approval releases it."
+
+
 def pretty(value) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 

@@ -135,13 +135,13 @@ def test_it_tells_a_second_decision_that_the_first_one_won(ann, pending):
 
 
 def test_it_approves_edited_arguments_under_their_new_digest(ann, pending):
-    edited = {**pending.arguments, "duration_minutes": 30}
+    edited = {**pending.arguments, "duration_minutes": 5}  # only narrows: ann's approval releases it
     resp = ann.post(f"/api/v1/confirmations/{pending.pk}/approve-with-edits", {"digest": pending.digest, "arguments": edited})
     assert resp.status_code == 200, resp.content
     replacement = Invocation.objects.get(pk=resp.json()["invocation"]["id"])
     assert replacement.edited_from_id == pending.invocation_id and replacement.state == "PREPARED"
-    assert replacement.normalized_arguments["duration_minutes"] == 30 and replacement.digest != pending.digest
-    assert resp.json()["confirmation"]["state"] == "edited"
+    assert replacement.normalized_arguments["duration_minutes"] == 5 and replacement.digest != pending.digest
+    assert resp.json()["confirmation"]["state"] == "edited" and resp.json()["awaiting"] is None
 
 
 def test_it_refuses_edits_whose_digest_is_not_the_one_announced(ann, pending):

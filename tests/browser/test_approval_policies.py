@@ -19,15 +19,20 @@ def payments():
     return make_payments_spec()
 
 
-@pytest.fixture
-def run(payments):
-    return OneRun(subject=make_finance_subject(), spec=payments, on_behalf_of="alice@example.invalid")
-
-
 def approver(username: str, spec):
     user = make_staff(username=username)
     allow_approving(user=user, spec=spec)
     return user
+
+
+@pytest.fixture
+def alice(payments):
+    return approver("alice", payments)  # alice@example.invalid, who may approve every tenant's calls
+
+
+@pytest.fixture
+def run(payments, alice):
+    return OneRun(subject=make_finance_subject(), spec=payments, on_behalf_of="alice@example.invalid")
 
 
 def detail_url(live_server, confirmation: Confirmation) -> str:
@@ -62,12 +67,11 @@ def test_a_quorum_of_two_needs_two_different_approvers(browser, page, login, liv
     assert list(confirmation.approvals.order_by("at").values_list("user__username", flat=True)) == ["first", "second"]
 
 
-def test_the_person_the_run_acts_for_cannot_approve(browser, page, login, live_server, payments, run):
-    alice = approver("alice", payments)  # alice@example.invalid: the run acts for her
-    invocation = run.propose(payment_args(2500))
+def test_the_person_the_run_acts_for_cannot_approve(browser, page, login, live_server, payments, run, alice):
+    invocation = run.propose(payment_args(2500))  # the run acts for alice@example.invalid: alice
     confirmation = Confirmation.objects.get(invocation=invocation, state="pending")
     login(alice).goto(detail_url(live_server, confirmation))
-    expect(page.get_by_test_id("on-behalf-of")).to_have_text("alice@example.invalid")
+    expect(page.get_by_test_id("on-behalf-of")).to_have_text("alice")
     expect(page.get_by_test_id("acting-for")).to_contain_text("you cannot approve its calls")
     expect(page.get_by_test_id("standing-form")).to_have_count(0)
     page.get_by_test_id("approve").click()

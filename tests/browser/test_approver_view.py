@@ -127,13 +127,26 @@ def test_it_executes_the_edited_payment_once_and_the_record_shows_both_digests(
     expect(preview.get_by_test_id("preview-difference")).to_contain_text("12.50 EUR")
     expect(preview.get_by_test_id("preview-difference")).to_contain_text("25.00 EUR")
     expect(preview.get_by_test_id("preview-decision")).to_have_text("confirm")
+    # Maker–checker, said before submitting: a larger amount and a new memo are not a narrowing.
+    expect(preview.get_by_test_id("edit-needs")).to_have_text(
+        "This edit changes amount, memo: another approver must approve it before it runs (2 approvals in all, yours included).")
     new_digest = preview.get_by_test_id("new-digest").inner_text()
     assert len(new_digest) == 64 and new_digest != confirmation.digest
     page.get_by_test_id("edit-reason").fill("the invoice says 25.00")
     page.screenshot(path=str(DOCS / "approve-with-edit.png"), full_page=True)
     page.get_by_test_id("approve-edited").click()
 
-    expect(page.locator(".messagelist .success")).to_contain_text("Approved the edited call")
+    expect(page.locator(".messagelist .success")).to_contain_text("recorded with your approval: 1 of 2")
+    replacement = Invocation.objects.get(edited_from_id=proposed["id"])
+    assert replacement.state == "AUTHORIZED" and demo_services.transfers("acme-supplier-42") == []  # nobody else looked yet
+    checker = make_staff(username="checker")
+    allow_approving(user=checker, spec=replacement.tool_spec)
+    page.context.clear_cookies()
+    login(checker).goto(f"{live_server.url}/console/confirmations/{replacement.confirmations.get().pk}/")
+    expect(page.get_by_test_id("approvals-count")).to_have_text("1 of 2")
+    page.get_by_test_id("approve").click()
+    expect(page.locator(".messagelist .success")).to_contain_text("is PREPARED")
+    page.goto(f"{live_server.url}/console/calls/{replacement.pk}/")
     edited = page.get_by_test_id("edit-record")
     expect(edited.get_by_test_id("original-digest")).to_have_text(confirmation.digest)
     expect(edited.get_by_test_id("edited-digest")).to_have_text(new_digest)
@@ -141,7 +154,6 @@ def test_it_executes_the_edited_payment_once_and_the_record_shows_both_digests(
     expect(edited.get_by_test_id("edit-change").first).to_contain_text("25.00 EUR")
     expect(edited.get_by_test_id("edit-reason")).to_have_text("the invoice says 25.00")
 
-    replacement = Invocation.objects.get(edited_from_id=proposed["id"])
     assert replacement.digest == new_digest
     wait_for(lambda: Invocation.objects.get(pk=replacement.pk).state == "OBSERVED", timeout=30)
     transfers = demo_services.transfers("acme-supplier-42")

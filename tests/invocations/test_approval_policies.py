@@ -23,8 +23,8 @@ from invocations_app.standing_approvals import standing_approval_grant, standing
 from specs_app.models import Grant
 from specs_app.services import grant_create, grant_validate
 from tests.builders import (
-    PAYMENTS_POLICY, OneRun, fresh, make_capability, make_finance_subject, make_grant, make_payments_spec, make_staff,
-    make_subject, make_tenant, payment_args,
+    PAYMENTS_POLICY, OneRun, fresh, make_capability, make_finance_subject, make_grant, make_payments_spec, make_person,
+    make_staff, make_subject, make_tenant, payment_args,
 )
 from tests.conftest import require_postgres
 from toolops.errors import ApplicationError
@@ -43,7 +43,12 @@ def finance(payments):
 
 
 @pytest.fixture
-def run(finance, payments):
+def alice(finance):
+    return make_person(username="alice", tenant=finance.tenant)  # email alice@example.invalid
+
+
+@pytest.fixture
+def run(finance, payments, alice):
     return OneRun(subject=finance, spec=payments, on_behalf_of="alice@example.invalid")
 
 
@@ -154,8 +159,7 @@ def test_the_nth_approval_decides_once_when_two_approvers_race(run):
 
 # --- separation of duties ----------------------------------------------------------------------
 
-def test_the_person_the_run_acts_for_cannot_approve_by_email_or_username(run, finance, payments):
-    alice = make_staff(username="alice")  # email alice@example.invalid
+def test_the_person_the_run_acts_for_cannot_approve_by_email_or_username(run, finance, payments, alice):
     invocation = run.propose(payment_args(2000))
     with pytest.raises(SeparationOfDuties, match="cannot approve"):
         confirmation_approve(confirmation=pending(invocation), user=alice, digest_seen=pending(invocation).digest)
@@ -173,10 +177,11 @@ def test_the_person_the_run_acts_for_cannot_approve_by_email_or_username(run, fi
 
 
 def test_post_runs_accepts_and_returns_on_behalf_of(agent):
+    make_person(username="alice", tenant=agent.subject.tenant)
     body = agent.run(on_behalf_of="alice@example.invalid")
-    assert body["on_behalf_of"] == "alice@example.invalid"
-    assert agent.get(f"/api/v1/runs/{body['id']}").json()["on_behalf_of"] == "alice@example.invalid"
-    assert agent.run()["on_behalf_of"] is None
+    assert body["on_behalf_of"] == "alice@example.invalid" and body["on_behalf_of_user"] == "alice"
+    assert agent.get(f"/api/v1/runs/{body['id']}").json()["on_behalf_of_user"] == "alice"
+    assert agent.run()["on_behalf_of"] is None and agent.run()["on_behalf_of_user"] is None
 
 
 # --- escalation ---------------------------------------------------------------------------------

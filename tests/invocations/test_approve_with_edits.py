@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
-from invocations_app.confirmations import StaleDigest
+from invocations_app.confirmations import StaleDigest, confirmation_approve
 from invocations_app.models import Confirmation, Invocation, ToolMessage
 from invocations_app.tool_messages import tool_message
 from toolops.errors import ApplicationError
@@ -44,15 +44,15 @@ def test_it_previews_the_new_digest_without_writing(pending):
 
 
 def test_it_replaces_the_call_and_approves_the_confirmed_new_digest(pending, approver, agent):
-    edited = {**pending.arguments, "duration_minutes": 30}
+    edited = {**pending.arguments, "duration_minutes": 5}  # only narrows: the editor's approval releases it
     new_digest = confirmation_preview_edit(confirmation=pending, edited_arguments=edited).digest
     replacement = confirmation_approve_with_edits(
         confirmation=pending, user=approver, digest_seen=pending.digest, edited_arguments=edited,
-        new_digest_seen=new_digest, reason="half an hour is realistic",
+        new_digest_seen=new_digest, reason="five minutes is enough",
     )
     assert replacement.state == "PREPARED"
     assert replacement.digest == new_digest and replacement.edited_from_id == pending.invocation_id
-    assert replacement.normalized_arguments["duration_minutes"] == 30
+    assert replacement.normalized_arguments["duration_minutes"] == 5
     original = agent.get(f"/api/v1/invocations/{pending.invocation_id}").json()
     assert original["state"] == "CANCELLED_BEFORE_COMMIT"
     assert original["error"]["detail"]["replacement_invocation_id"] == str(replacement.pk)
@@ -100,6 +100,8 @@ def test_it_answers_the_models_original_tool_call_id_saying_a_person_changed_the
         confirmation=confirmation, user=approver, digest_seen=original.digest, edited_arguments=edited,
         new_digest_seen=new_digest, reason="nine is better",
     )
+    checker = User.objects.create_user("checker")  # a new title: another person must approve it
+    confirmation_approve(confirmation=world.pending(replacement), user=checker, digest_seen=new_digest)
     world.execute(replacement)
 
     message = json.loads(tool_message(invocation=fresh(original), fmt="openai"))

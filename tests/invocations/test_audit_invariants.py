@@ -25,7 +25,7 @@ from invocations_app import audit as audit_mod
 from invocations_app import admission, cancellation
 from invocations_app.audit import KINDS, Violation, audit, parse_since
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
-from invocations_app.confirmations import confirmation_deny, confirmation_expire
+from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmation_expire
 from invocations_app.execution import reconcile
 from invocations_app.models import Confirmation, Event, Invocation, ModelCallTool, Proposal
 from specs_app.models import Grant
@@ -81,6 +81,8 @@ def build_mixed_workload(world: ServiceWorld) -> dict[str, Invocation]:
         confirmation=confirmation, user=w.user, digest_seen=original.digest, edited_arguments=edited,
         new_digest_seen=new_digest, reason="nine is better",
     )
+    checker, _ = type(w.user).objects.get_or_create(username=f"{w.user.username}-checker")  # a new title: another person checks it
+    confirmation_approve(confirmation=w.pending(replacement), user=checker, digest_seen=new_digest, reason="checked")
     inv["write_edited_original"] = fresh(original)
     inv["write_edited_replacement"] = w.execute(replacement)
     return inv

@@ -58,14 +58,14 @@ def test_it_shows_an_over_limit_edit_as_refused_with_no_approve_button(client, a
 
 
 def test_it_approves_the_new_digest_and_redirects_to_the_edited_calls_record(client, approver, pending):
-    edited = json.dumps({**PAYMENT, "amount": {"amount": "25", "currency": "EUR"}})
+    edited = json.dumps({**PAYMENT, "amount": {"amount": "10", "currency": "EUR"}})  # only narrows: released
     new_digest = _preview_json(client, pending, edited).context["preview"]["digest"]
     response = client.post(f"/console/confirmations/{pending.pk}/approve-edited", {
-        "digest_seen": pending.digest, "new_digest_seen": new_digest, "edited": edited, "reason": "invoice says 25"})
+        "digest_seen": pending.digest, "new_digest_seen": new_digest, "edited": edited, "reason": "invoice says 10"})
     replacement = Invocation.objects.get(edited_from=pending.invocation)
     assert response.status_code == 302 and response["Location"] == f"/console/calls/{replacement.pk}/"
     assert replacement.digest == new_digest and replacement.state == "PREPARED"
-    assert replacement.normalized_arguments["amount"] == {"amount_minor": 2500, "currency": "EUR"}
+    assert replacement.normalized_arguments["amount"] == {"amount_minor": 1000, "currency": "EUR"}
     assert replacement.confirmations.get().decided_by == approver
 
 
@@ -81,3 +81,33 @@ def test_it_refuses_a_forged_edit_from_someone_who_may_not_approve_the_tool(clie
         "digest_seen": pending.digest, "new_digest_seen": "x" * 64, "edited": edited, "reason": "mine"})
     assert response.status_code == status
     assert Invocation.objects.count() == 1 and Confirmation.objects.get().state == "pending"
+
+
+# --- maker–checker: what an edit will need, shown before it is submitted ----------------------------
+
+def test_the_preview_says_another_approver_must_approve_an_edit_of_the_recipient(client, approver, pending):
+    edited = json.dumps({**PAYMENT, "to_account": "acct_99", "amount": {"amount": "10", "currency": "EUR"}})
+    response = _preview_json(client, pending, edited)
+    needs = response.context["preview"]["needs"]
+    assert needs.second_person is True and needs.approvals_needed == 2 and needs.changes == ("/to_account",)
+    page = response.content.decode()
+    assert ("This edit changes to_account: another approver must approve it before it runs "
+            "(2 approvals in all, yours included).") in page
+    assert 'data-second-person="true"' in page and "ask for 1 more approval(s)" in page
+    assert Invocation.objects.count() == 1  # a preview writes nothing
+
+    response = client.post(f"/console/confirmations/{pending.pk}/approve-edited", {
+        "digest_seen": pending.digest, "new_digest_seen": response.context["preview"]["digest"], "edited": edited,
+        "reason": "the supplier's new account"}, follow=True)
+    replacement = Invocation.objects.get(edited_from=pending.invocation)
+    assert replacement.state == "AUTHORIZED"
+    waiting = replacement.confirmations.get(state="pending")
+    assert waiting.approvals_needed == 2 and list(waiting.approvals.values_list("user__username", flat=True)) == ["ann"]
+    assert "recorded with your approval: 1 of 2; it runs when 1 other person(s) approve it" in response.content.decode()
+
+
+def test_the_preview_says_the_editors_approval_releases_an_edit_that_only_narrows(client, approver, pending):
+    response = _preview_json(client, pending, json.dumps({**PAYMENT, "amount": {"amount": "10", "currency": "EUR"}}))
+    assert response.context["preview"]["needs"].second_person is False
+    assert "This edit only narrows numbers: your approval releases it." in response.content.decode()
+    assert 'data-approvals-needed="1"' in response.content.decode()

@@ -13,7 +13,8 @@ from mcp.shared.exceptions import MCPError
 
 from invocations_app.confirmations import confirmation_approve, confirmation_deny
 from invocations_app.models import Confirmation, Invocation, ModelCall, Proposal, ToolMessage
-from tests.builders import make_demo_spec, make_grant, make_token
+from specs_app.models import Subject
+from tests.builders import allow_approving, make_demo_spec, make_grant, make_token, person_client
 
 from .conftest import DEMO_TOKEN, http_client, mcp_client, wait_for
 
@@ -186,6 +187,24 @@ def test_a_plain_client_gets_pending_confirmation_then_polls_the_status_tool_to_
     assert final.is_error is False and final.structured_content["ok"] is True
     assert _as_wire(final) == _recorded_mcp_message(invocation_id)
     assert len(demo_services.calendar_events("primary")) == 1
+
+
+@BOTH_MODES
+def test_the_runs_an_agent_bound_to_a_person_opens_act_for_them_and_they_cannot_approve(mcp_server, demo_agent, mode):
+    bob = person_client(username="bob")
+    allow_approving(user=bob)  # may approve every tool in every tenant: a person of the agent's tenant
+    Subject.objects.filter(pk=demo_agent.subject.pk).update(acts_for=bob)  # an admin's binding (admin: tests/approvals)
+
+    async def propose():
+        async with mcp_client(mcp_server, mode=mode) as client:
+            await client.list_tools()
+            return await client.call_tool(CALENDAR, CALENDAR_ARGS)
+
+    invocation_id = anyio.run(propose).structured_content["invocation_id"]
+    confirmation = Confirmation.objects.get(invocation_id=invocation_id, state="pending")
+    answer = bob.client.post(f"/api/v1/confirmations/{confirmation.pk}/approve", {"digest": confirmation.digest})
+    assert answer.status_code == 403 and answer.json()["code"] == "separation_of_duties", answer.content
+    assert Invocation.objects.get(pk=invocation_id).run.on_behalf_of_user == bob
 
 
 def test_a_denied_call_reads_as_is_error_with_the_reason(mcp_server, demo_agent, worker):

@@ -97,6 +97,8 @@ def test_it_words_an_approval_policy_in_major_units_of_its_currency():
         "effect": "confirm", "limits": {}, "approval_policy": policy}]}
     why = words.why_display(authorization=authorization, confirmation_policy=None, currency="EUR")
     assert why["grants"][0]["policy"][0] == "up to 10.00 EUR: runs without a person"
+    assert words.policy_display({"edits": "second_person_always"}, currency=None) == [
+        "an approver's edit always needs a second approver"]
     assert "policy: up to 10.00 EUR" in why["text"] and "50000" not in why["text"]
 
 

@@ -7,8 +7,9 @@ from datetime import datetime, timezone
 import pytest
 
 from toolops.runtime.approval_policy import (
-    POLICY_AMOUNT_UNKNOWN, POLICY_DENIED, STANDING_AMOUNT_UNKNOWN, STANDING_CALLS_USED, STANDING_CURRENCY_MISMATCH, STANDING_OVER_AMOUNT,
-    STANDING_QUORUM, ApprovalPolicy, PolicyError, StandingLimits, standing_failure,
+    EDITS_ALWAYS, EDITS_UNLESS_NARROWING, POLICY_AMOUNT_UNKNOWN, POLICY_DENIED, STANDING_AMOUNT_UNKNOWN, STANDING_CALLS_USED,
+    STANDING_CURRENCY_MISMATCH, STANDING_OVER_AMOUNT, STANDING_QUORUM, ApprovalPolicy, PolicyError, StandingLimits,
+    edit_changes, edit_requirement, standing_failure, strictest_edit_rule,
 )
 from toolops.runtime.authorization import AuthContext, Effect, GrantSnapshot, Limits, Requirement, authorize
 
@@ -133,3 +134,65 @@ def test_a_standing_approval_compares_amounts_only_in_its_own_currency():
 def test_a_standing_approval_covers_only_calls_within_its_limits(limits, amount, covered, quorum, code):
     failure = standing_failure(limits, amount=amount, calls_covered=covered, approvals_needed=quorum, expired=False, revoked=False)
     assert (failure[0] if failure else None) == code
+
+
+# --- approve with edits: maker–checker ----------------------------------------------------------
+
+TRANSFER = {"to_account": "acme-42", "amount": {"amount_minor": 9000, "currency": "EUR"}, "memo": "inv 7", "lines": [3, 2]}
+
+
+def _with(**changes) -> dict:
+    return {**TRANSFER, **changes}
+
+
+@pytest.mark.parametrize("after, changes", [
+    (_with(amount={"amount_minor": 5000, "currency": "EUR"}), ()),  # a smaller amount
+    (_with(amount={"amount_minor": 0, "currency": "EUR"}), ()),  # down to zero
+    (_with(lines=[1, 2]), ()),  # a smaller number inside a list
+    (_with(to_account="acme-43"), ("/to_account",)),  # another recipient
+    (_with(memo="pay to 43"), ("/memo",)),  # free text
+    (_with(amount={"amount_minor": 9001, "currency": "EUR"}), ("/amount/amount_minor",)),  # a larger amount
+    (_with(amount={"amount_minor": 5000, "currency": "USD"}), ("/amount/currency",)),  # another currency
+    (_with(amount={"amount_minor": -5000, "currency": "EUR"}), ("/amount/amount_minor",)),  # across zero
+    (_with(lines=[3, 2, 1]), ("/lines",)),  # an item added
+    ({k: v for k, v in TRANSFER.items() if k != "memo"}, ("/memo",)),  # a member removed
+    (_with(extra=True), ("/extra",)),  # a member added
+    (_with(memo=7), ("/memo",)),  # another type
+])
+def test_an_edit_only_narrows_when_every_change_brings_a_number_closer_to_zero(after, changes):
+    assert edit_changes(TRANSFER, after) == changes
+
+
+def test_a_smaller_number_at_a_declared_resource_is_another_resource_not_a_narrower_one():
+    before, after = {"account": 1201, "amount": 10}, {"account": 1200, "amount": 5}
+    assert edit_changes(before, after) == ()
+    assert edit_changes(before, after, resource_pointers=["/account"]) == ("/account",)
+
+
+def test_negative_numbers_narrow_toward_zero_and_booleans_are_never_numbers():
+    assert edit_changes({"delta": -30}, {"delta": -10}) == ()
+    assert edit_changes({"delta": -10}, {"delta": -30}) == ("/delta",)
+    assert edit_changes({"on": True}, {"on": False}) == ("/on",)
+
+
+@pytest.mark.parametrize("rule, original, edited, after, needed, second", [
+    (EDITS_UNLESS_NARROWING, 2, 1, _with(to_account="x"), 2, True),  # the case: 90 → 50 EUR elsewhere
+    (EDITS_UNLESS_NARROWING, 1, 0, _with(to_account="x"), 2, True),  # into an allow tier: still a checker
+    (EDITS_UNLESS_NARROWING, 1, 1, _with(lines=[1, 1]), 1, False),  # narrows: the editor alone
+    (EDITS_UNLESS_NARROWING, 2, 1, _with(lines=[1, 1]), 2, False),  # narrows, but the original needed two
+    (EDITS_UNLESS_NARROWING, 1, 3, _with(to_account="x"), 3, True),  # the edited call needs more
+    (EDITS_ALWAYS, 1, 1, _with(lines=[1, 1]), 2, True),  # the policy wants a checker for every edit
+])
+def test_an_edit_needs_the_larger_quorum_and_a_second_person_unless_it_narrows(rule, original, edited, after, needed, second):
+    needs = edit_requirement(rule=rule, original_approvals=original, edited_approvals=edited, before=TRANSFER, after=after)
+    assert (needs.approvals_needed, needs.second_person, needs.rule) == (needed, second, rule)
+
+
+def test_the_edits_rule_is_part_of_a_policy_and_the_strictest_one_wins():
+    always = ApprovalPolicy.from_dict({"edits": "second_person_always"})
+    assert always.to_dict() == {"edits": "second_person_always"}
+    assert ApprovalPolicy.from_dict({"approvals": 2}).edits == EDITS_UNLESS_NARROWING  # the safe default
+    assert strictest_edit_rule([None, ApprovalPolicy.from_dict({"approvals": 2}).edits, always.edits]) == EDITS_ALWAYS
+    assert strictest_edit_rule([]) == EDITS_UNLESS_NARROWING
+    with pytest.raises(PolicyError, match="edits must be one of"):
+        ApprovalPolicy.from_dict({"edits": "editor_alone"})

@@ -244,6 +244,8 @@ def policy_display(policy: Mapping | None, *, currency: str | None) -> list[str]
         if top.get("up_to") is not None:
             out.append(f"above {_amount_words(top['up_to'], own, currency)}: denied")
         out += _other_currency(own, currency)
+    if policy.get("edits") == "second_person_always":
+        out.append("an approver's edit always needs a second approver")
     return out
 
 

@@ -28,6 +28,14 @@ Rules:
 * ``escalate_after_seconds`` + ``escalation_group`` (a Django group name): a confirmation nobody
   decided within that time is escalated to that group; expiry still denies afterwards.
 * Across the grants a decision uses, the largest quorum and the earliest escalation win.
+* ``edits`` (maker–checker on "approve with edits"; ``edit_requirement`` below): an edit is new
+  arguments chosen by a person, so it is released by at least as many distinct people as the
+  original call or the edited one needs, whichever is more — the editor's own approval counted
+  as one — and by at least one person who is not the editor, unless the policy allows the editor
+  alone to *narrow* a call: ``second_person_unless_narrowing`` (the default, also with no policy
+  at all) lets an edit that only brings numbers closer to zero (a smaller amount, fewer minutes)
+  pass on the editor's approval when the quorum is one; ``second_person_always`` asks for a
+  second person for every edit. Across the policies a decision uses, the strictest wins.
 
 Pure: no Django. The shell stores ``to_dict()`` with the grant snapshot and the decision.
 """
@@ -40,7 +48,10 @@ from .normalizers import MINOR_UNITS
 
 TIER_EFFECTS = ("allow", "confirm", "deny")
 MAX_APPROVALS = 10
-POLICY_KEYS = ("currency", "thresholds", "approvals", "escalate_after_seconds", "escalation_group")
+POLICY_KEYS = ("currency", "thresholds", "approvals", "escalate_after_seconds", "escalation_group", "edits")
+EDITS_UNLESS_NARROWING = "second_person_unless_narrowing"
+EDITS_ALWAYS = "second_person_always"
+EDIT_RULES = (EDITS_UNLESS_NARROWING, EDITS_ALWAYS)  # strictest last
 TIER_KEYS = ("up_to", "effect", "approvals")
 
 # Reason codes (stored in events and authorization records).
@@ -97,6 +108,7 @@ class ApprovalPolicy:
     escalate_after_seconds: int | None = None
     escalation_group: str | None = None
     currency: str | None = None  # of the thresholds; None only for a policy stored before it had one
+    edits: str = EDITS_UNLESS_NARROWING  # who must release an approver's edit (``edit_requirement``)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, *, legacy_currency: str | None = None) -> "ApprovalPolicy | None":
@@ -127,7 +139,11 @@ class ApprovalPolicy:
             raise PolicyError(f"currency must be an ISO 4217 code ToolOps knows ({', '.join(sorted(MINOR_UNITS))})")
         if currency is not None and not tiers:
             raise PolicyError("currency goes with thresholds (it is the currency of their up_to amounts)")
+        edits = data.get("edits", EDITS_UNLESS_NARROWING)
+        if edits not in EDIT_RULES:
+            raise PolicyError(f"edits must be one of {', '.join(EDIT_RULES)}")
         return cls(
+            edits=edits,
             thresholds=tiers, approvals=_approvals(data.get("approvals", 1), "approvals"),
             escalate_after_seconds=escalate, escalation_group=group.strip() if group else None,
             currency=currency if currency is not None else (legacy_currency if tiers else None),
@@ -144,6 +160,8 @@ class ApprovalPolicy:
         if self.escalate_after_seconds is not None:
             out["escalate_after_seconds"] = self.escalate_after_seconds
             out["escalation_group"] = self.escalation_group
+        if self.edits != EDITS_UNLESS_NARROWING:
+            out["edits"] = self.edits
         return out
 
 
@@ -228,6 +246,80 @@ def earliest_escalation(policies) -> Escalation | None:
     found = [Escalation(p.escalate_after_seconds, p.escalation_group) for p in policies
              if p is not None and p.escalate_after_seconds is not None]
     return min(found, key=lambda e: (e.after_seconds, e.group), default=None)
+
+
+# --- approve with edits: maker–checker -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class EditRequirement:
+    """Who must release an approver's edit.
+
+    ``approvals_needed`` distinct people, the editor's own approval counted as one;
+    ``second_person``: at least one of them is not the editor (so ``approvals_needed >= 2``);
+    ``changes``: JSON pointers of what the edit changes beyond narrowing a number (empty when
+    it only narrows); ``rule``: the policies' ``edits`` rule that applied."""
+
+    approvals_needed: int
+    second_person: bool
+    changes: tuple[str, ...]
+    rule: str
+
+
+def strictest_edit_rule(rules) -> str:
+    """The strictest of ``rules`` (``edits`` values; ``None`` and unknown ones ignored; none: the default)."""
+    return max((r for r in rules if r in EDIT_RULES), key=EDIT_RULES.index, default=EDITS_UNLESS_NARROWING)
+
+
+def edit_requirement(*, rule: str, original_approvals: int, edited_approvals: int, before: Any, after: Any,
+                     resource_pointers=()) -> EditRequirement:
+    """What an edit of ``before`` (the arguments a person was asked to approve, quorum
+    ``original_approvals``) into ``after`` (which the policies alone would give
+    ``edited_approvals``, 0 for allow) needs: the larger quorum, and a second person unless the
+    rule lets the editor narrow alone and the edit only narrows (``edit_changes``)."""
+    changes = edit_changes(before, after, resource_pointers=resource_pointers)
+    second = rule == EDITS_ALWAYS or bool(changes)
+    needed = max(original_approvals, edited_approvals, 2 if second else 1)
+    return EditRequirement(approvals_needed=needed, second_person=second, changes=changes, rule=rule)
+
+
+def edit_changes(before: Any, after: Any, *, resource_pointers=()) -> tuple[str, ...]:
+    """JSON pointers where ``after`` differs from ``before`` other than by narrowing a number.
+
+    Narrowing a number: both are numbers (not booleans) and the new one is no further from zero,
+    nor across it (90 → 50, -3 → -1, 7 → 0). Everything else is a change another person must
+    see: another string (a recipient, a free-text field), a member or item added or removed,
+    another type, a number moved away from zero — and any change at or under one of the
+    ToolSpec's declared resource pointers, even a smaller number (account 1200 is not a narrower
+    account 1201)."""
+    changed, narrowed = [], []
+    _compare(before, after, "", changed, narrowed)
+    resources = [p for p in resource_pointers if p]
+    changed += [p for p in narrowed if any(p == r or p.startswith(r + "/") for r in resources)]
+    return tuple(sorted(set(changed)))
+
+
+def _compare(before: Any, after: Any, pointer: str, changed: list, narrowed: list) -> None:
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        for key in set(before) | set(after):
+            child = pointer + "/" + str(key).replace("~", "~0").replace("/", "~1")
+            if key in before and key in after:
+                _compare(before[key], after[key], child, changed, narrowed)
+            else:
+                changed.append(child)
+    elif isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        for index, (old, new) in enumerate(zip(before, after)):
+            _compare(old, new, f"{pointer}/{index}", changed, narrowed)
+    elif _is_number(before) and _is_number(after):
+        if before == after:
+            return
+        toward_zero = 0 <= after <= before if before > 0 else before <= after <= 0
+        (narrowed if toward_zero and before != 0 else changed).append(pointer)
+    elif type(before) is not type(after) or before != after:
+        changed.append(pointer)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # --- run-scoped standing approvals ----------------------------------------------------------------
