@@ -13,7 +13,8 @@ import requests
 from rest_framework.test import APIClient
 
 from invocations_app.models import Confirmation, WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from tests.builders import Agent, make_approver
+from specs_app.models import ToolSpec
+from tests.builders import Agent, allow_approving, make_approver, make_staff, make_tenant
 from tests.conftest import REPO_ROOT
 from tests.servers import free_port
 
@@ -88,6 +89,27 @@ def test_it_delivers_signed_events_a_chat_bot_acts_on(receiver, demo_agent, work
     # Every delivery is logged with its one successful attempt (recorded just after the receiver answered).
     wait_for(lambda: set(WebhookDelivery.objects.values_list("state", flat=True)) == {"delivered"}, timeout=10)
     assert set(WebhookAttempt.objects.values_list("status_code", flat=True)) == {204}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_names_only_the_people_who_may_decide_it(receiver, demo_agent, worker):
+    """The approvers a receiver is told of (with e-mail and a decision link) are those the console
+    lets decide the call: not an approver of the same tool in another tenant, not someone who
+    cannot log in (deactivated, or not staff)."""
+    from django.contrib.auth.models import User
+
+    spec, tenant = ToolSpec.objects.get(name="calendar.create_event", version=1), demo_agent.subject.tenant
+    allow_approving(user=make_staff(username="dana"), spec=spec, tenant=tenant)
+    allow_approving(user=make_staff(username="acme-approver"), spec=spec, tenant=make_tenant(slug="acme"))
+    gone = make_staff(username="left-in-june")
+    allow_approving(user=gone, spec=spec, tenant=tenant)
+    User.objects.filter(pk=gone.pk).update(is_active=False)
+    allow_approving(user=User.objects.create_user("no-console", "no-console@example.invalid", "x"), spec=spec, tenant=tenant)
+    _endpoint(demo_agent, receiver, events=["confirmation.requested"])
+    _propose(demo_agent, "calendar.create_event@1", CALENDAR_ARGS)
+    requested = wait_for(lambda: [r for r in receiver.received() if r["event"] == "confirmation.requested"], timeout=30)[0]
+    approvers = requested["payload"]["data"]["approvers"]
+    assert [(a["username"], a["email"]) for a in approvers] == [("dana", "dana@example.invalid")], approvers
 
 
 @pytest.mark.django_db(transaction=True)
