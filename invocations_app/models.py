@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import Q
 
@@ -553,6 +554,10 @@ WEBHOOK_EVENT_TYPES = (
 )
 
 
+# http(s) only, as egress sends: Django's URLField alone also takes ftp:// and ftps://.
+HTTP_URL = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.", code="not_http")
+
+
 class WebhookEndpoint(models.Model):
     """Where a tenant wants to hear about confirmations and settled calls (configured in the admin).
 
@@ -560,7 +565,7 @@ class WebhookEndpoint(models.Model):
     signing needs it, and shown to admins only on this form."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="webhook_endpoints")
-    url = models.URLField(max_length=500)
+    url = models.URLField(max_length=500, validators=[HTTP_URL])
     secret = models.CharField(max_length=200, help_text="shared with the receiver; signs ToolOps-Signature")
     events = models.JSONField(default=list, help_text=f"any of: {', '.join(WEBHOOK_EVENT_TYPES)}")
     is_active = models.BooleanField(default=True)
