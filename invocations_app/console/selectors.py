@@ -4,7 +4,7 @@ Scope is the pair (tenant, ToolSpec), both as django-guardian permissions: an ap
 decides only confirmations of ToolSpecs they hold ``specs_app.approve_toolspec`` on *and* of
 tenants they hold ``specs_app.approve_calls`` on; a resolver likewise with ``resolve_toolspec``
 and ``resolve_calls``. Either permission held model-wide covers every ToolSpec / every tenant;
-superusers see all. (The scope is the product of the two sets: holding both tools X, Y and
+superusers see all (the approvers' rule itself is ``invocations_app.approvers``). (The scope is the product of the two sets: holding both tools X, Y and
 tenants A, B covers all four pairs — give a person who must differ per tenant separate rights
 through groups.) Listing and deciding use the same scope, so a row a queue does not show cannot
 be decided by posting the form directly. The record page reads one invocation and everything
@@ -31,7 +31,7 @@ from ..models import (
 )
 from specs_app.selectors import APPROVE_CALLS, RESOLVE_CALLS, VIEW_CALLS, tenants_for_user
 
-from ..approvers import approvable, approvable_tenants, approvable_toolspecs, may_approve
+from ..approvers import approvable, may_approve
 from ..resolutions import (
     HISTORY_KINDS, PendingResolution, can_resolve, pending_resolution, resolvable_tenants, resolvable_toolspecs,
 )
@@ -266,8 +266,7 @@ def record_visible_to(*, user, invocation: Invocation) -> bool:
     return (
         (resolvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
          and resolvable_tenants(user=user).filter(pk=invocation.tenant_id).exists())
-        or (approvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
-            and approvable_tenants(user=user).filter(pk=invocation.tenant_id).exists())
+        or may_approve(user=user, tenant_id=invocation.tenant_id, tool_spec_id=invocation.tool_spec_id)
     )
 
 
