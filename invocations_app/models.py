@@ -555,7 +555,7 @@ WEBHOOK_EVENT_TYPES = (
 
 
 # http(s) only, as egress sends: Django's URLField alone also takes ftp:// and ftps://.
-HTTP_URL = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.", code="not_http")
+HTTP_URL = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.")
 
 
 class WebhookEndpoint(models.Model):

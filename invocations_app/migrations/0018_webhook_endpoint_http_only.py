@@ -14,6 +14,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='webhookendpoint',
             name='url',
-            field=models.URLField(max_length=500, validators=[django.core.validators.URLValidator(code='not_http', message='Enter an http:// or https:// URL.', schemes=['http', 'https'])]),
+            field=models.URLField(max_length=500, validators=[django.core.validators.URLValidator(message='Enter an http:// or https:// URL.', schemes=['http', 'https'])]),
         ),
     ]
