@@ -17,7 +17,7 @@ from specs_app.admin import pretty_json
 from specs_app.models import ToolSpec
 
 from .models import (
-    WEBHOOK_EVENT_TYPES, Event, Invocation, ModelCall, Proposal, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint,
+    HTTP_URL, WEBHOOK_EVENT_TYPES, Event, Invocation, ModelCall, Proposal, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint,
 )
 from .webhook_delivery import webhook_deliveries_resend, webhook_secret_new
 
@@ -203,7 +203,8 @@ def pretty_json_text(value) -> str:
 # --- outgoing webhooks: endpoints per tenant, every delivery and every attempt ---------------------
 
 class WebhookEndpointForm(forms.ModelForm):
-    url = forms.URLField(max_length=500, assume_scheme="https")
+    url = forms.URLField(max_length=500, assume_scheme="https", validators=[HTTP_URL],
+                         error_messages={"invalid": HTTP_URL.message})  # the form's own "Enter a valid URL." hid why
     events = forms.MultipleChoiceField(choices=[(e, e) for e in WEBHOOK_EVENT_TYPES], widget=forms.CheckboxSelectMultiple)
     secret = forms.CharField(required=False, max_length=200,
                              help_text="leave empty to generate one; the receiver checks ToolOps-Signature with it")

@@ -5,7 +5,10 @@ Its token is ``django.core.signing`` over ``{confirmation, user, nonce, expiry}`
 its own salt), so an altered token fails the signature; opening it is a POST from the
 interstitial page that records the nonce (``DecisionLinkUse``, unique), so a second use finds
 the nonce taken. A link for another user, past its expiry, or for a confirmation that is no
-longer pending does nothing and says why.
+longer pending does nothing and says why. A link whose person may not decide the confirmation
+(``approvers.may_approve``: rights withdrawn since, another tenant's approver, a deactivated
+account) does nothing either, and its page shows nothing of the call — checked before any other
+refusal that would show it.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from .approvers import may_approve
 from .models import Confirmation, DecisionLinkUse
 
 SALT = "toolops.decision-link.v1"
@@ -29,6 +33,7 @@ class LinkRefusal:
 
     ALTERED = "altered"
     FOREIGN = "foreign"
+    NOT_APPROVER = "not_approver"
     EXPIRED = "expired"
     USED = "used"
     DECIDED = "decided"
@@ -38,6 +43,7 @@ class LinkRefusal:
 REFUSAL_TEXT = {
     LinkRefusal.ALTERED: "This link has been altered or is not a ToolOps decision link.",
     LinkRefusal.FOREIGN: "This link was issued to another person; it does nothing for you.",
+    LinkRefusal.NOT_APPROVER: "This link does not open a confirmation you may decide; it does nothing for you.",
     LinkRefusal.EXPIRED: "This link has expired.",
     LinkRefusal.USED: "This link has already been used; open the confirmation queue instead.",
     LinkRefusal.DECIDED: "This confirmation is no longer waiting for a decision.",
@@ -83,6 +89,8 @@ def decision_link_check(*, token: str, user, now: datetime | None = None) -> Lin
         refusal = LinkRefusal.UNKNOWN
     elif user_id != user.pk:
         refusal = LinkRefusal.FOREIGN
+    elif not may_approve(user=user, tenant_id=confirmation.tenant_id, tool_spec_id=confirmation.tool_spec_id):
+        refusal = LinkRefusal.NOT_APPROVER
     elif now.timestamp() >= expiry:
         refusal = LinkRefusal.EXPIRED
     elif DecisionLinkUse.objects.filter(nonce=nonce).exists():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import Q
 
@@ -371,9 +372,11 @@ class StandingApproval(models.Model):
     from_confirmation = models.ForeignKey(Confirmation, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     reason = models.TextField()
     max_amount = models.BigIntegerField(null=True, blank=True, help_text="minor units per call; empty = no cap")
-    # The currency of max_amount: the granting call's ("" when it stated none, or no cap). A
-    # call in another currency is not covered; amounts of two currencies are never compared.
+    # The granting call's currency ("" when it stated none; before migration 0017 also "" when
+    # uncapped), the one max_amount is in. A call in another currency is not covered, capped or
+    # not, unless the approver named it in other_currencies (uncapped only: a cap is in one currency).
     currency = models.CharField(max_length=3, blank=True, default="")
+    other_currencies = models.JSONField(default=list, blank=True, help_text="ISO 4217 codes the approver also named")
     max_calls = models.PositiveIntegerField(null=True, blank=True)
     calls_covered = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField()
@@ -387,6 +390,8 @@ class StandingApproval(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(max_amount__isnull=True) | Q(max_amount__gte=0),
                                    name="invocations_standing_amount_nonneg"),
+            models.CheckConstraint(condition=Q(max_amount__isnull=True) | Q(other_currencies=[]),
+                                   name="invocations_standing_cap_one_currency"),
         ]
         indexes = [
             # Authorization: the live standing approvals of (run, tool).
@@ -398,9 +403,10 @@ class StandingApproval(models.Model):
 
     @property
     def max_amount_display(self) -> str:
-        """The cap as a person reads it: ``500.00 EUR``, or minor units when no currency is known."""
-        if self.max_amount is None:
-            return "any amount"
+        """The cap as a person reads it: ``amount ≤ 500.00 EUR`` (minor units when no currency is
+        known), or ``any amount, EUR or USD only`` without one."""
+        if self.max_amount is None:  # uncapped, still in the currencies it covers
+            return f"any amount, {' or '.join(c or 'no stated currency' for c in (self.currency, *self.other_currencies))} only"
         if self.currency:
             return f"amount ≤ {format_money(self.max_amount, self.currency)}"
         return f"amount ≤ {self.max_amount} (minor units, no currency stated)"
@@ -564,6 +570,10 @@ WEBHOOK_EVENT_TYPES = (
 )
 
 
+# http(s) only, as egress sends: Django's URLField alone also takes ftp:// and ftps://.
+HTTP_URL = URLValidator(schemes=["http", "https"], message="Enter an http:// or https:// URL.")
+
+
 class WebhookEndpoint(models.Model):
     """Where a tenant wants to hear about confirmations and settled calls (configured in the admin).
 
@@ -571,7 +581,7 @@ class WebhookEndpoint(models.Model):
     signing needs it, and shown to admins only on this form."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="webhook_endpoints")
-    url = models.URLField(max_length=500)
+    url = models.URLField(max_length=500, validators=[HTTP_URL])
     secret = models.CharField(max_length=200, help_text="shared with the receiver; signs ToolOps-Signature")
     events = models.JSONField(default=list, help_text=f"any of: {', '.join(WEBHOOK_EVENT_TYPES)}")
     is_active = models.BooleanField(default=True)

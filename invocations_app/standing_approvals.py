@@ -20,7 +20,7 @@ from django.utils import timezone
 from specs_app.selectors import call_requirements
 from toolops.errors import ApplicationError, Conflict
 from toolops.runtime.approval_policy import StandingLimits, standing_failure
-from toolops.runtime.normalizers import NormalizationRejected, amount_to_minor
+from toolops.runtime.normalizers import MINOR_UNITS, NormalizationRejected, amount_to_minor
 from toolops.runtime.requirements import RequirementError, money_currency
 
 from .confirmations import confirmation_approve, refuse_if_acting_for
@@ -41,7 +41,8 @@ class StandingUse:
         s = self.standing
         return {
             "id": str(s.pk), "granted_by": s.granted_by.get_username(), "expires_at": s.expires_at.isoformat(),
-            "max_amount": s.max_amount, "currency": s.currency or None, "max_calls": s.max_calls, "reason": s.reason,
+            "max_amount": s.max_amount, "currency": s.currency or None, "other_currencies": s.other_currencies,
+            "max_calls": s.max_calls, "reason": s.reason,
             "from_confirmation_id": str(s.from_confirmation_id) if s.from_confirmation_id else None,
         }
 
@@ -62,7 +63,8 @@ def standing_approval_take(*, run_id, tool_spec_id, amount: int | None, approval
             .select_related("granted_by").order_by("created_at"))  # index invocations_standing_live
     for standing in live:
         failure = standing_failure(
-            StandingLimits(max_amount=standing.max_amount, max_calls=standing.max_calls, currency=standing.currency or None),
+            StandingLimits(max_amount=standing.max_amount, max_calls=standing.max_calls, currency=standing.currency or None,
+                           other_currencies=tuple(standing.other_currencies)),
             amount=amount, currency=currency, calls_covered=standing.calls_covered, approvals_needed=approvals_needed,
             expired=False, revoked=False,
         )
@@ -78,18 +80,24 @@ def standing_approval_take(*, run_id, tool_spec_id, amount: int | None, approval
 
 def standing_approval_grant(
     *, confirmation: Confirmation, user, minutes: int, max_amount: int | None = None, max_calls: int | None,
-    reason: str, max_amount_typed: str | None = None,
+    reason: str, max_amount_typed: str | None = None, other_currencies: str = "",
 ) -> StandingApproval:
     """Approve ``confirmation`` and let later calls of its tool in its run through within the limits.
 
-    The cap is ``max_amount`` (minor units) or ``max_amount_typed``, as a person typed it in the
-    call's currency (``typed_cap_minor``). The approval of the call at hand goes through
+    It covers calls in the currency of the call at hand, capped or not, and — only without a cap —
+    in the ``other_currencies`` the person names (``named_currencies``: ``"USD GBP"``). The cap is
+    ``max_amount`` (minor units) or ``max_amount_typed``, as a person typed it in the call's
+    currency (``typed_cap_minor``). The approval of the call at hand goes through
     ``confirmation_approve`` (digest, quorum, separation of duties); the standing approval is
     refused to the person the run acts for.
     """
     currency = call_currency(confirmation)
     if max_amount_typed is not None:
         max_amount = typed_cap_minor(max_amount_typed, currency)
+    others = named_currencies(other_currencies, currency)
+    if others and max_amount is not None:
+        raise ApplicationError(f"a capped standing approval covers only this call's currency ({currency or 'none stated'}): "
+                               "leave the cap empty to name other currencies", code="invalid_standing_approval")
     if not reason.strip():
         raise ApplicationError("a reason is required for a standing approval", code="reason_required")
     if not 1 <= minutes <= MAX_STANDING_MINUTES:
@@ -106,13 +114,13 @@ def standing_approval_grant(
         standing = StandingApproval.objects.create(
             run_id=confirmation.run_id, tool_spec_id=confirmation.tool_spec_id, tenant_id=confirmation.tenant_id,
             granted_by=user, from_confirmation=confirmation, reason=reason.strip(), max_amount=max_amount,
-            currency=currency if max_amount is not None else "", max_calls=max_calls, created_at=now,
+            currency=currency, other_currencies=others, max_calls=max_calls, created_at=now,
             expires_at=now + timedelta(minutes=minutes),
         )
         event_append(invocation=confirmation.invocation, kind="standing_approval_granted", actor=f"user:{user.username}", data={
             "standing_approval_id": str(standing.pk), "tool": confirmation.tool_spec.ref, "run_id": str(confirmation.run_id),
             "expires_at": standing.expires_at.isoformat(), "max_amount": max_amount,
-            "currency": standing.currency or None, "max_calls": max_calls,
+            "currency": standing.currency or None, "other_currencies": others, "max_calls": max_calls,
             "reason": standing.reason,
         })
     return standing
@@ -126,6 +134,19 @@ def call_currency(confirmation: Confirmation) -> str:
     except RequirementError:
         return ""
     return money_currency(requirements) or ""
+
+
+def named_currencies(typed: str, currency: str) -> list[str]:
+    """The other currencies a person named for a standing approval, as ISO 4217 codes: ``"usd,
+    GBP"`` → ``["GBP", "USD"]`` (the call's own ``currency`` is covered anyway and left out).
+    An unknown code is refused (``invalid_standing_approval``), never dropped."""
+    named = set()
+    for word in (typed or "").replace(",", " ").split():
+        code = word.upper()
+        if not code.isascii() or code not in MINOR_UNITS:
+            raise ApplicationError(f"{word[:16]!r} is not a currency code (ISO 4217, like USD)", code="invalid_standing_approval")
+        named.add(code)
+    return sorted(named - {currency})
 
 
 def typed_cap_minor(typed: str, currency: str) -> int | None:

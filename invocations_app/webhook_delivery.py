@@ -6,7 +6,10 @@ sending with a lapsed lease) that one worker wins; the loser exits. Every try is
 or any status outside 2xx — schedules the next try ``webhook_retry_delay`` later
 (``next_attempt_at`` in the database; short waits go to the broker as a countdown, longer
 ones to the beat task ``webhooks.deliver_due``), until ``TOOLOPS_WEBHOOK_MAX_ATTEMPTS`` tries
-have failed and the delivery is ``failed``. A try whose endpoint has been deactivated since
+have failed and the delivery is ``failed``. Egress is checked against the webhook receivers' own
+allow-list (``TOOLOPS_WEBHOOK_EGRESS_ALLOW``), not the tools'; a refusal sent nothing and would
+be refused again, so the delivery fails at once with the reason (no retries; a resend from the
+admin once the address is opened sends it). A try whose endpoint has been deactivated since
 sends nothing: the delivery ends ``failed`` with that reason (the operator turned it off; a
 resend from the admin after reactivating it sends it). No I/O inside a transaction.
 """
@@ -16,18 +19,19 @@ import json
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import F, Q
 from django.utils import timezone
 
-from toolops.runtime.egress import EgressRefused
+from toolops.egress_net import webhook_openers
+from toolops.runtime.egress import ADDRESS_DENIED, EgressRefused
 from toolops.runtime.webhooks import SIGNATURE_HEADER, webhook_retry_delay, webhook_signature
 
 from . import http_client
 from .dispatch import enqueue_webhook_delivery, webhook_delivery_send
-from .executors import operator_openers
 from .models import WebhookAttempt, WebhookDelivery
 
 logger = logging.getLogger(__name__)
@@ -35,6 +39,19 @@ logger = logging.getLogger(__name__)
 RESPONSE_EXCERPT_BYTES = 500
 MAX_RESPONSE_BYTES = 16 * 1024
 ENDPOINT_INACTIVE = "endpoint deactivated: not sent"
+EGRESS_REFUSED = "egress refused, not sent and not retried"
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What one try got: the receiver's status (None without an answer), the error, an excerpt of
+    the answer, how long it took, and whether egress refused it (nothing sent; permanent)."""
+
+    status_code: int | None
+    error: str
+    excerpt: str
+    duration_ms: int
+    refused: bool = False
 
 
 def _claim(delivery_id, now) -> WebhookDelivery | None:
@@ -63,20 +80,21 @@ def webhook_delivery_attempt(*, delivery_id) -> str:
         logger.info("webhook %s %s → %s: not sent, %s", delivery.event_type, delivery.pk, delivery.endpoint.url,
                     ENDPOINT_INACTIVE)
         return "failed"
-    status_code, error, excerpt, duration_ms = _send(delivery)
+    sent = _send(delivery)
+    status_code, error = sent.status_code, sent.error
     ok = status_code is not None and 200 <= status_code < 300
     next_at = None
     if ok:
         outcome = WebhookDelivery.Status.DELIVERED
-    elif delivery.attempts >= settings.TOOLOPS_WEBHOOK_MAX_ATTEMPTS:
+    elif sent.refused or delivery.attempts >= settings.TOOLOPS_WEBHOOK_MAX_ATTEMPTS:
         outcome = WebhookDelivery.Status.FAILED
     else:
         outcome = WebhookDelivery.Status.PENDING
         delay = webhook_retry_delay(delivery.attempts, base_seconds=settings.TOOLOPS_WEBHOOK_BACKOFF_SECONDS)
         next_at = timezone.now() + timedelta(seconds=delay)
     WebhookAttempt.objects.create(
-        delivery=delivery, number=delivery.attempts, started_at=started, duration_ms=duration_ms,
-        status_code=status_code, error=error[:500], response_excerpt=excerpt, next_attempt_at=next_at,
+        delivery=delivery, number=delivery.attempts, started_at=started, duration_ms=sent.duration_ms,
+        status_code=status_code, error=error[:500], response_excerpt=sent.excerpt, next_attempt_at=next_at,
     )
     WebhookDelivery.objects.filter(pk=delivery.pk, state=WebhookDelivery.Status.SENDING).update(
         state=outcome, next_attempt_at=next_at, lease_expires_at=None, last_status_code=status_code,
@@ -94,8 +112,8 @@ def webhook_request_body(delivery: WebhookDelivery) -> bytes:
     return json.dumps(delivery.payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _send(delivery: WebhookDelivery) -> tuple[int | None, str, str, int]:
-    """POST the signed body: ``(status or None, error, response excerpt, duration ms)``."""
+def _send(delivery: WebhookDelivery) -> Sent:
+    """POST the signed body, egress-checked against the webhook receivers' allow-list."""
     body = webhook_request_body(delivery)
     timestamp = int(time.time())
     headers = {
@@ -105,16 +123,23 @@ def _send(delivery: WebhookDelivery) -> tuple[int | None, str, str, int]:
     }
     policy = http_client.EgressPolicy(
         deadline=time.monotonic() + settings.TOOLOPS_WEBHOOK_TIMEOUT_SECONDS, max_response_bytes=MAX_RESPONSE_BYTES,
-        openers=operator_openers(),  # TOOLOPS_EGRESS_ALLOW: the operator opens a private receiver
+        openers=webhook_openers(),  # TOOLOPS_WEBHOOK_EGRESS_ALLOW: the operator opens a private receiver
     )
     began = time.monotonic()
+
+    def took() -> int:
+        return int((time.monotonic() - began) * 1000)
+
     try:
         response = http_client.send(http_client.HttpRequest("POST", delivery.endpoint.url, headers, body), policy)
-    except (EgressRefused, http_client.TransportFailure) as exc:
-        return None, f"{type(exc).__name__}: {exc}", "", int((time.monotonic() - began) * 1000)
+    except EgressRefused as exc:
+        hint = " (a private receiver is opened with TOOLOPS_WEBHOOK_EGRESS_ALLOW)" if exc.code == ADDRESS_DENIED else ""
+        return Sent(None, f"{EGRESS_REFUSED}: {exc.message}{hint}", "", took(), refused=True)
+    except http_client.TransportFailure as exc:
+        return Sent(None, f"{type(exc).__name__}: {exc}", "", took())
     excerpt = response.body[:RESPONSE_EXCERPT_BYTES].decode("utf-8", errors="replace")
     error = "" if 200 <= response.status < 300 else f"HTTP {response.status} {response.reason}"
-    return response.status, error, excerpt, int((time.monotonic() - began) * 1000)
+    return Sent(response.status, error, excerpt, took())
 
 
 def webhook_deliveries_due(*, batch: int = 200) -> int:

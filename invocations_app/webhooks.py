@@ -21,8 +21,8 @@ import uuid
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
-from guardian.shortcuts import get_users_with_perms
 
+from .approvers import confirmation_approvers
 from .confirmation_summaries import confirmation_summary, invocation_summary
 from .decision_links import decision_link_url
 from .dispatch import enqueue_webhook_delivery
@@ -96,7 +96,8 @@ def webhook_emit(tenant, event_type: str, payload: dict) -> list[WebhookDelivery
 
 
 def confirmation_event_payload(confirmation: Confirmation, *, with_links: bool = False) -> dict:
-    """``{"confirmation": …}``, plus one fresh decision link per approver when asked."""
+    """``{"confirmation": …}``, plus one fresh decision link per approver when asked: only
+    people who may decide it (``approvers.confirmation_approvers``), never another tenant's."""
     payload = {"confirmation": confirmation_summary(confirmation)}
     if with_links:
         payload["approvers"] = [
@@ -105,15 +106,6 @@ def confirmation_event_payload(confirmation: Confirmation, *, with_links: bool =
             for user in confirmation_approvers(confirmation)
         ]
     return payload
-
-
-def confirmation_approvers(confirmation: Confirmation) -> list:
-    """People who hold the approve permission on this ToolSpec (object or model-wide), not
-    superusers by default: whom a chat bot should ping."""
-    users = get_users_with_perms(
-        confirmation.tool_spec, only_with_perms_in=["approve_toolspec"], with_group_users=True, with_superusers=False,
-    )
-    return sorted((u for u in users if u.is_active), key=lambda u: u.pk)
 
 
 def webhook_confirmation_event(confirmation: Confirmation, event_type: str, *, with_links: bool = False) -> None:

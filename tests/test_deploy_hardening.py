@@ -78,6 +78,13 @@ def test_an_unknown_proxy_header_format_fails_loudly_at_start():
     assert proc.returncode != 0 and "SECURE_PROXY_SSL_HEADER" in proc.stderr
 
 
+@pytest.mark.parametrize("name", ["TOOLOPS_EGRESS_ALLOW", "TOOLOPS_WEBHOOK_EGRESS_ALLOW"])
+def test_an_egress_allow_list_naming_a_host_fails_loudly_at_start(name):
+    proc = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO_ROOT,
+                          env=_env(**{name: "127.0.0.1:8767, hooks.internal:443"}), capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and name in proc.stderr and "'hooks.internal:443' must be IP:PORT" in proc.stderr
+
+
 # --------------------------------------------------------------------------- API rate limits
 
 

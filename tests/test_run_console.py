@@ -19,7 +19,7 @@ def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
     var = Path(tempfile.mkdtemp(prefix="toolops-run-"))
     port, demo_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items()
-           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DB_POOL", "CONN_MAX_AGE")}
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DB_POOL", "CONN_MAX_AGE", "TOOLOPS_WEBHOOK_EGRESS_ALLOW")}
     env.update(TOOLOPS_VAR_DIR=str(var), DEBUG="0", TOOLOPS_DEMO_SERVICES_URL=f"http://127.0.0.1:{demo_port}")
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO_ROOT, env=env, check=True)
     log = var / "run_console.log"
@@ -49,6 +49,7 @@ def test_make_runs_web_process_is_gunicorn_serving_static_files_on_sqlite():
         # MCP server's) for every process it starts — the web process, the MCP server, the demo servers.
         demo = f"127.0.0.1:{demo_port}"
         assert "egress allow-list: " in log.read_text() and demo in log.read_text()
+        assert "webhook egress allow-list: empty" in log.read_text()  # the demo's addresses are opened for tools only
         children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
         assert len(children) >= 4, children
         for pid in children:

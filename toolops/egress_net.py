@@ -11,7 +11,8 @@ cannot reach an address the operator did not open whichever of them uses it.
 no private address is open by default — not the demo services' (``TOOLOPS_DEMO_SERVICES_URL``,
 which the demo ToolSpecs call) nor the demo notes MCP server's. ``make run`` names both in the
 allow-list of the processes it starts (``run_console.demo_egress_allow``); tests and benches that
-run the demo services open them the same way (``allow_with``).
+run the demo services open them the same way (``allow_with``). Webhook delivery has its own
+list, ``webhook_openers`` (``TOOLOPS_WEBHOOK_EGRESS_ALLOW``), and shares nothing with the tools'.
 """
 from __future__ import annotations
 
@@ -38,14 +39,25 @@ class TransportFailure(Exception):
 
 
 def operator_openers() -> frozenset[tuple[str, int]]:
-    """The (address, port) pairs the operator lets ToolSpec-fixed endpoints, webhook receivers
-    and MCP upstreams reach although they are private: exactly ``TOOLOPS_EGRESS_ALLOW`` (empty by
-    default). The demo services' address is not among them unless the operator names it."""
-    entries = list(getattr(settings, "TOOLOPS_EGRESS_ALLOW", ()) or ())
+    """The (address, port) pairs the operator lets ToolSpec-fixed endpoints and MCP upstreams
+    reach although they are private: exactly ``TOOLOPS_EGRESS_ALLOW`` (empty by default). The
+    demo services' address is not among them unless the operator names it."""
+    return _openers("TOOLOPS_EGRESS_ALLOW")
+
+
+def webhook_openers() -> frozenset[tuple[str, int]]:
+    """The (address, port) pairs webhook receivers may be reached on although private: exactly
+    ``TOOLOPS_WEBHOOK_EGRESS_ALLOW`` (empty by default), never the tools' list — an address
+    opened for a tool is not thereby open to a webhook endpoint's URL."""
+    return _openers("TOOLOPS_WEBHOOK_EGRESS_ALLOW")
+
+
+def _openers(setting: str) -> frozenset[tuple[str, int]]:
+    entries = list(getattr(settings, setting, ()) or ())
     try:
         return frozenset(openers_from_allowlist(entries))
-    except ValueError:
-        logger.warning("TOOLOPS_EGRESS_ALLOW names a host, not an address: ignored")
+    except ValueError:  # settings checks the environment at start; this is a value set since
+        logger.warning("%s names a host, not an address: ignored", setting)
         return frozenset()
 
 

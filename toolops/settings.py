@@ -16,6 +16,7 @@ from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 from toolops.openapi_components import SCHEMAS as OPENAPI_SCHEMAS
+from toolops.runtime.egress import openers_from_allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOOLOPS_VAR_DIR", BASE_DIR / "var"))
@@ -41,6 +42,17 @@ def env_int(name: str, default: int) -> int:
         return int(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
+
+
+def env_allowlist(name: str) -> list[str]:
+    """A comma-separated egress allow-list of ``IP:PORT`` (``[v6]:PORT``); an entry that is not
+    an address (a host name, a URL, a bad port) fails at start-up rather than being ignored."""
+    entries = [e.strip() for e in os.environ.get(name, "").split(",") if e.strip()]
+    try:
+        openers_from_allowlist(entries)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return entries
 
 
 def _secret_key() -> str:
@@ -435,11 +447,16 @@ TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://
 TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = env_int("TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS", 5)
 if TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS < 0:
     raise ImproperlyConfigured("TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS must be 0 or more")
+
+
 # Egress (docs/concepts/admission.md): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
 # (nothing is open by default, the demo services and the demo notes MCP server neither: `make run`
 # adds both addresses for the processes it starts). A model-supplied URL needs a grant
 # naming the address instead. The MCP executor, `mcp_import` and the upstream refresh obey it too.
-TOOLOPS_EGRESS_ALLOW = [e.strip() for e in os.environ.get("TOOLOPS_EGRESS_ALLOW", "").split(",") if e.strip()]
+TOOLOPS_EGRESS_ALLOW = env_allowlist("TOOLOPS_EGRESS_ALLOW")
+# Webhook receivers have their own (webhook_delivery.py): an address opened for a tool is not
+# open to a webhook endpoint's URL, nor the other way round.
+TOOLOPS_WEBHOOK_EGRESS_ALLOW = env_allowlist("TOOLOPS_WEBHOOK_EGRESS_ALLOW")
 # The HMAC key for remote idempotency keys (toolops/runtime/remote_keys.py); default: derived
 # from SECRET_KEY. Changing it changes the keys new calls send; calls in flight keep theirs.
 TOOLOPS_REMOTE_KEY_SECRET = os.environ.get("TOOLOPS_REMOTE_KEY_SECRET", "")

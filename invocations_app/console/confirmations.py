@@ -142,7 +142,7 @@ def standing_grant_view(request: HttpRequest, pk) -> HttpResponse:
         standing = standing_approval_grant(
             confirmation=confirmation, user=request.user, minutes=_int(request.POST.get("minutes")) or 0,
             max_amount_typed=request.POST.get("max_amount", ""), max_calls=_int(request.POST.get("max_calls")),
-            reason=request.POST.get("reason", "").strip(),
+            other_currencies=request.POST.get("other_currencies", ""), reason=request.POST.get("reason", "").strip(),
         )
     except ApplicationError as exc:
         return _refused(request, confirmation, "approved", exc)

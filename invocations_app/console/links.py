@@ -21,8 +21,10 @@ def _page(request: HttpRequest, token: str, check: LinkCheck) -> HttpResponse:
         **admin.site.each_context(request), "title": "Decision link", "token": token, "check": check,
         "c": check.confirmation if not check.refusal or check.refusal in ("used", "decided", "expired") else None,
     }
-    # 410 Gone for a spent or expired link, 403 for someone else's, 400 for an altered one.
-    status = {"": 200, "used": 410, "expired": 410, "decided": 410, "foreign": 403, "altered": 400, "unknown": 404}[check.refusal]
+    # 410 Gone for a spent or expired link, 403 for someone else's, 400 for an altered one, 404
+    # (nothing of the call shown) when its person may not decide it.
+    status = {"": 200, "used": 410, "expired": 410, "decided": 410, "foreign": 403, "altered": 400, "unknown": 404,
+              "not_approver": 404}[check.refusal]
     return TemplateResponse(request, "admin/confirmations/link.html", context, status=status)
 
 

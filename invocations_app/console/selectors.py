@@ -4,7 +4,7 @@ Scope is the pair (tenant, ToolSpec), both as django-guardian permissions: an ap
 decides only confirmations of ToolSpecs they hold ``specs_app.approve_toolspec`` on *and* of
 tenants they hold ``specs_app.approve_calls`` on; a resolver likewise with ``resolve_toolspec``
 and ``resolve_calls``. Either permission held model-wide covers every ToolSpec / every tenant;
-superusers see all. (The scope is the product of the two sets: holding both tools X, Y and
+superusers see all (the approvers' rule itself is ``invocations_app.approvers``). (The scope is the product of the two sets: holding both tools X, Y and
 tenants A, B covers all four pairs — give a person who must differ per tenant separate rights
 through groups.) Listing and deciding use the same scope, so a row a queue does not show cannot
 be decided by posting the form directly. The record page reads one invocation and everything
@@ -22,7 +22,6 @@ from django.http import Http404
 from django.db.models import Count, Min, Prefetch, Q, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
-from guardian.shortcuts import get_objects_for_user
 
 from specs_app.models import Grant, Tenant, ToolSpec
 from toolops.runtime.states import State
@@ -32,12 +31,12 @@ from ..models import (
 )
 from specs_app.selectors import APPROVE_CALLS, RESOLVE_CALLS, VIEW_CALLS, tenants_for_user
 
+from ..approvers import approvable, may_approve
 from ..resolutions import (
     HISTORY_KINDS, PendingResolution, can_resolve, pending_resolution, resolvable_tenants, resolvable_toolspecs,
 )
 from .formatting import Bytes
 
-APPROVE_PERMISSION = "specs_app.approve_toolspec"
 VIEW_INVOCATION_PERMISSION = "invocations_app.view_invocation"
 DECIDED_SHOWN = 20
 PENDING_SHOWN = 50
@@ -71,24 +70,9 @@ def _refuse(*, user, tenant_id, why: str):
 
 # --- the confirmation queue ----------------------------------------------------------------
 
-def approvable_toolspecs(*, user) -> QuerySet[ToolSpec]:
-    """ToolSpec versions whose confirmations ``user`` may see and decide."""
-    if not (user.is_authenticated and user.is_active):  # guardian has no anonymous user here
-        return ToolSpec.objects.none()
-    return get_objects_for_user(user, APPROVE_PERMISSION, klass=ToolSpec)
-
-
-def approvable_tenants(*, user) -> QuerySet[Tenant]:
-    """Tenants whose confirmations ``user`` may see and decide (for the ToolSpecs of ``approvable_toolspecs``)."""
-    return tenants_for_user(user=user, permission=APPROVE_CALLS)
-
-
 def confirmations_visible_to(*, user) -> QuerySet[Confirmation]:
     """Every confirmation ``user`` may see and decide: its (tenant, ToolSpec) pair is in scope."""
-    qs = Confirmation.objects.all()
-    if not (user.is_active and user.is_superuser):
-        qs = qs.filter(tool_spec__in=approvable_toolspecs(user=user), tenant__in=approvable_tenants(user=user))
-    return qs
+    return approvable(Confirmation.objects.all(), user=user)
 
 
 def _filtered(qs: QuerySet[Confirmation], *, tool: int | None, tenant: str | None) -> QuerySet[Confirmation]:
@@ -153,10 +137,7 @@ def confirmation_get_for_user(*, user, pk) -> Confirmation:
     confirmation = get_object_or_404(
         Confirmation.objects.select_related("tool_spec", "tenant", "subject", "run", "invocation", "decided_by"), pk=pk
     )
-    if user.is_active and user.is_superuser:
-        return confirmation
-    if not (approvable_tenants(user=user).filter(pk=confirmation.tenant_id).exists()
-            and approvable_toolspecs(user=user).filter(pk=confirmation.tool_spec_id).exists()):
+    if not may_approve(user=user, tenant_id=confirmation.tenant_id, tool_spec_id=confirmation.tool_spec_id):
         _refuse(user=user, tenant_id=confirmation.tenant_id, why="you may not decide confirmations of this tool")
     return confirmation
 
@@ -171,10 +152,12 @@ def standing_approvals_for(*, confirmation: Confirmation, now: datetime) -> list
 
 
 def standing_approval_get_for_user(*, user, pk) -> StandingApproval:
-    """One standing approval ``user`` may revoke (an approver of its tool): 404 / 403 otherwise."""
+    """One standing approval ``user`` may revoke: an approver of its (tenant, ToolSpec) pair, as
+    for its calls. 404 if it does not exist or belongs to a tenant that is not one of ``user``'s
+    (never confirmed to exist), 403 if out of scope in one of theirs."""
     standing = get_object_or_404(StandingApproval.objects.select_related("from_confirmation__invocation", "tool_spec"), pk=pk)
-    if not (user.is_active and user.is_superuser) and not approvable_toolspecs(user=user).filter(pk=standing.tool_spec_id).exists():
-        raise PermissionDenied("you may not revoke standing approvals of this tool")
+    if not may_approve(user=user, tenant_id=standing.tenant_id, tool_spec_id=standing.tool_spec_id):
+        _refuse(user=user, tenant_id=standing.tenant_id, why="you may not revoke standing approvals of this tool")
     return standing
 
 
@@ -283,8 +266,7 @@ def record_visible_to(*, user, invocation: Invocation) -> bool:
     return (
         (resolvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
          and resolvable_tenants(user=user).filter(pk=invocation.tenant_id).exists())
-        or (approvable_toolspecs(user=user).filter(pk=invocation.tool_spec_id).exists()
-            and approvable_tenants(user=user).filter(pk=invocation.tenant_id).exists())
+        or may_approve(user=user, tenant_id=invocation.tenant_id, tool_spec_id=invocation.tool_spec_id)
     )
 
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from invocations_app.decision_links import decision_link_token
 from invocations_app.models import DecisionLinkUse
-from tests.builders import PASSWORD, make_approver
+from tests.builders import PASSWORD, allow_approving, make_approver, make_staff, make_tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -75,3 +75,22 @@ def test_it_says_when_the_confirmation_was_decided_meanwhile(client, ann, pendin
     client.login(username="ann", password=PASSWORD)
     resp = client.get(_link(token))
     assert resp.status_code == 410 and b'data-reason="decided"' in resp.content
+
+
+def test_it_shows_nothing_of_the_call_to_a_person_who_may_not_decide_it(client, pending):
+    """A link whose person may not decide the call (here an approver of the same tool in another
+    tenant, as links were once issued): 404, no tenant, tool or digest — pending or decided — and
+    it cannot be spent."""
+    olga = make_staff(username="olga")
+    allow_approving(user=olga, spec=pending.tool_spec, tenant=make_tenant(slug="elsewhere"))
+    token = decision_link_token(confirmation=pending, user=olga)
+    client.login(username="olga", password=PASSWORD)
+    for state in ("pending", "denied"):
+        pending.state = state
+        pending.save(update_fields=["state"])
+        for resp in (client.get(_link(token)), client.post(_link(token) + "open")):
+            page = resp.content.decode()
+            assert resp.status_code == 404 and 'data-reason="not_approver"' in page, (state, page)
+            for detail in (pending.tenant.slug, pending.tool_spec.name, pending.digest[:12]):
+                assert detail not in page, (state, detail)
+    assert not DecisionLinkUse.objects.exists()

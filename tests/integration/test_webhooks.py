@@ -10,12 +10,16 @@ import sys
 
 import pytest
 import requests
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from invocations_app.models import Confirmation, WebhookAttempt, WebhookDelivery, WebhookEndpoint
-from tests.builders import Agent, make_approver
+from specs_app.models import ToolSpec
+from tests.builders import Agent, allow_approving, make_approver, make_staff, make_tenant
 from tests.conftest import REPO_ROOT
 from tests.servers import free_port
+
+from invocations_app.webhook_delivery import EGRESS_REFUSED
 
 from .conftest import wait_for
 from .test_execution import CALENDAR_ARGS, _propose, _settled
@@ -26,7 +30,7 @@ ALL = ["confirmation.requested", "confirmation.decided", "confirmation.expired",
 
 class Receiver:
     def __init__(self, port: int):
-        self.port, self.base = port, f"http://127.0.0.1:{port}"
+        self.port, self.base, self.address = port, f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"
 
     def received(self) -> list[dict]:
         return requests.get(f"{self.base}/webhooks/received", timeout=5).json()["received"]
@@ -52,9 +56,9 @@ def receiver_process():
 
 @pytest.fixture
 def receiver(receiver_process, settings):
-    """The receiver, reset, reachable by the worker (the operator's egress allow-list names it)."""
+    """The receiver, reset, reachable by the worker (the webhook egress allow-list names it)."""
     receiver_process.reset()
-    settings.TOOLOPS_EGRESS_ALLOW = [f"127.0.0.1:{receiver_process.port}"]
+    settings.TOOLOPS_WEBHOOK_EGRESS_ALLOW = [receiver_process.address]
     settings.TOOLOPS_WEBHOOK_BACKOFF_SECONDS = 1
     settings.TOOLOPS_WEBHOOK_MAX_ATTEMPTS = 4
     return receiver_process
@@ -88,6 +92,68 @@ def test_it_delivers_signed_events_a_chat_bot_acts_on(receiver, demo_agent, work
     # Every delivery is logged with its one successful attempt (recorded just after the receiver answered).
     wait_for(lambda: set(WebhookDelivery.objects.values_list("state", flat=True)) == {"delivered"}, timeout=10)
     assert set(WebhookAttempt.objects.values_list("status_code", flat=True)) == {204}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_names_only_the_people_who_may_decide_it(receiver, demo_agent, worker):
+    """The approvers a receiver is told of (with e-mail and a decision link) are those the console
+    lets decide the call: not an approver of the same tool in another tenant, not someone who
+    cannot log in (deactivated, or not staff)."""
+    from django.contrib.auth.models import User
+
+    spec, tenant = ToolSpec.objects.get(name="calendar.create_event", version=1), demo_agent.subject.tenant
+    allow_approving(user=make_staff(username="dana"), spec=spec, tenant=tenant)
+    allow_approving(user=make_staff(username="acme-approver"), spec=spec, tenant=make_tenant(slug="acme"))
+    gone = make_staff(username="left-in-june")
+    allow_approving(user=gone, spec=spec, tenant=tenant)
+    User.objects.filter(pk=gone.pk).update(is_active=False)
+    allow_approving(user=User.objects.create_user("no-console", "no-console@example.invalid", "x"), spec=spec, tenant=tenant)
+    _endpoint(demo_agent, receiver, events=["confirmation.requested"])
+    _propose(demo_agent, "calendar.create_event@1", CALENDAR_ARGS)
+    requested = wait_for(lambda: [r for r in receiver.received() if r["event"] == "confirmation.requested"], timeout=30)[0]
+    approvers = requested["payload"]["data"]["approvers"]
+    assert [(a["username"], a["email"]) for a in approvers] == [("dana", "dana@example.invalid")], approvers
+
+
+@pytest.fixture
+def receiver_opened_for_tools_only(receiver, settings):
+    """The receiver's address in the tools' allow-list, not in the webhook receivers' (set before the worker starts)."""
+    settings.TOOLOPS_WEBHOOK_EGRESS_ALLOW = []
+    settings.TOOLOPS_EGRESS_ALLOW = [*settings.TOOLOPS_EGRESS_ALLOW, receiver.address]
+    return receiver
+
+
+@pytest.fixture
+def receiver_not_opened(receiver, settings):
+    settings.TOOLOPS_WEBHOOK_EGRESS_ALLOW = []
+    return receiver
+
+
+def _failed_delivery(demo_agent, receiver) -> WebhookDelivery:
+    """Propose a call the receiver would hear of; its delivery, once it has ended ``failed``."""
+    _endpoint(demo_agent, receiver, events=["confirmation.requested"])
+    _propose(demo_agent, "calendar.create_event@1", CALENDAR_ARGS)
+    return wait_for(lambda: WebhookDelivery.objects.filter(state="failed").first(), timeout=30)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_address_opened_for_tools_is_not_open_to_webhooks(receiver_opened_for_tools_only, demo_agent, worker,
+                                                             admin_client):
+    """Nothing is sent to it, and the delivery fails with the reason, shown on its admin page."""
+    receiver = receiver_opened_for_tools_only
+    delivery = _failed_delivery(demo_agent, receiver)
+    assert delivery.last_error.startswith(EGRESS_REFUSED) and "TOOLOPS_WEBHOOK_EGRESS_ALLOW" in delivery.last_error
+    assert receiver.received() == []
+    page = admin_client.get(reverse("admin:invocations_app_webhookdelivery_change", args=[delivery.pk])).content.decode()
+    assert "gave up" in page and "loopback address" in page and EGRESS_REFUSED in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_egress_refusal_fails_the_delivery_at_once_without_retries(receiver_not_opened, demo_agent, worker):
+    """Refused once, refused every time: one attempt, no backoff (four tries are allowed here)."""
+    delivery = _failed_delivery(demo_agent, receiver_not_opened)
+    assert (delivery.attempts, delivery.next_attempt_at) == (1, None), delivery.last_error
+    assert [a.error.startswith(EGRESS_REFUSED) for a in WebhookAttempt.objects.filter(delivery=delivery)] == [True]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -8,14 +8,15 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 
-from invocations_app.models import Event, Invocation
+from invocations_app.models import Event, Invocation, WebhookEndpoint
 from specs_app.models import ToolSpec
-from tests.builders import make_toolspec
+from tests.builders import make_tenant, make_toolspec
 
 pytestmark = pytest.mark.django_db
 
 INVOCATIONS = "/invocations_app/invocation/"
 TOOLSPECS = "/specs_app/toolspec/"
+WEBHOOK_ENDPOINTS = "/invocations_app/webhookendpoint/"
 # Invalid UTF-8 (\xff) next to markup that must come out escaped, never as live HTML.
 BAD_BYTES = b'{"city": "Par\xffis", "note": "<script>alert(1)</script>"}'
 GOOD_ARGS = '{"city": "Paris", "date": "2026-07-20"}'
@@ -217,6 +218,19 @@ def test_it_retires_with_the_admin_action(console):
 def test_it_offers_no_delete_for_a_published_spec(console):
     spec = make_toolspec()
     assert console.get(f"{TOOLSPECS}{spec.pk}/delete/").status_code == 403
+
+
+# --------------------------------------------------------------------------- webhook endpoints
+
+
+@pytest.mark.parametrize("url", ["ftp://hooks.example.com/toolops", "ftps://hooks.example.com/toolops"])
+def test_the_webhook_endpoint_form_refuses_a_url_that_is_not_http(console, url):
+    form = {"tenant": make_tenant().pk, "url": url, "events": ["invocation.settled"], "is_active": "on"}
+    resp = console.post(WEBHOOK_ENDPOINTS + "add/", form)
+    assert resp.status_code == 200 and "Enter an http:// or https:// URL." in resp.content.decode()
+    assert not WebhookEndpoint.objects.exists()
+    assert console.post(WEBHOOK_ENDPOINTS + "add/", {**form, "url": "https://hooks.example.com/toolops"}).status_code == 302
+    assert WebhookEndpoint.objects.get().url == "https://hooks.example.com/toolops"
 
 
 # --------------------------------------------------------------------------- access

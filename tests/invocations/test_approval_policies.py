@@ -2,6 +2,7 @@
 escalation with a controllable clock, run-scoped standing approvals, and where policies are configured."""
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 
@@ -10,21 +11,22 @@ from django.contrib.auth.models import Group
 from django.core import mail
 from django.core.exceptions import ValidationError
 from django.db import connection
+from rest_framework.test import APIClient
 
 from invocations_app.confirmations import (
     AlreadyDecided, DuplicateApprover, SeparationOfDuties, confirmation_approve, confirmations_expire_due,
 )
 from invocations_app.confirmation_edits import confirmation_approve_with_edits
 from invocations_app.escalations import confirmations_escalate_due
-from invocations_app.models import Confirmation, ConfirmationApproval, Event, StandingApproval
+from invocations_app.models import Confirmation, ConfirmationApproval, Event, Invocation, StandingApproval
 from invocations_app.serializers import invocation_to_dict
 from invocations_app.selectors import invocation_get
 from invocations_app.standing_approvals import standing_approval_grant, standing_approval_revoke
 from specs_app.models import Grant
 from specs_app.services import grant_create, grant_validate
 from tests.builders import (
-    PAYMENTS_POLICY, OneRun, fresh, make_capability, make_finance_subject, make_grant, make_payments_spec, make_person,
-    make_staff, make_subject, make_tenant, payment_args,
+    PAYMENTS_POLICY, Agent, OneRun, fresh, make_capability, make_demo_spec, make_finance_subject, make_grant,
+    make_payments_spec, make_person, make_staff, make_subject, make_tenant, make_token, payment_args,
 )
 from tests.conftest import require_postgres
 from toolops.errors import ApplicationError
@@ -297,6 +299,70 @@ def test_the_console_takes_the_amount_cap_as_the_calls_amount_is_written_in_its_
     standing = StandingApproval.objects.get()
     assert (standing.max_amount, standing.currency, standing.max_amount_display) == (5000, "EUR", "amount ≤ 50.00 EUR")
     assert run.propose(payment_args(5000)).state == "PREPARED" and run.propose(payment_args(5001)).state == "AUTHORIZED"
+
+
+class AlwaysConfirmedPayments:
+    """The demo payments tool (a person confirms every call) called over the REST API by an agent
+    whose grant allows any currency, in one run; approvers grant standing approvals in the console."""
+
+    def __init__(self, client):
+        self.spec = make_demo_spec(name="payments.transfer")
+        subject = make_subject(name="payouts-bot")
+        make_grant(subject=subject, capability="payments.transfer", operation_class="create")
+        self.agent = Agent(APIClient(), make_token(subject=subject)[1])
+        self.call = self.agent.model_call(self.agent.run()["id"], tools=[self.spec.ref])["id"]
+        self.console = client
+        self.console.force_login(make_staff(username="boss", superuser=True))
+
+    def pay(self, minor: int, currency: str) -> dict:
+        resp = self.agent.propose(self.call, name=self.spec.ref, arguments=json.dumps(payment_args(minor, currency=currency)))
+        assert resp.status_code == 201, resp.content
+        return resp.json()
+
+    def grant_standing(self, invocation: dict, **form):
+        confirmation = Confirmation.objects.get(invocation_id=invocation["id"])
+        return self.console.post(f"/console/confirmations/{confirmation.pk}/standing", {
+            "digest_seen": confirmation.digest, "minutes": "30", "reason": "supplier batch", **form}, follow=True)
+
+
+@pytest.fixture
+def always_confirmed(client):
+    return AlwaysConfirmedPayments(client)
+
+
+def test_an_uncapped_standing_approval_covers_only_the_currency_it_was_granted_on(always_confirmed):
+    """Approved in advance on a EUR call without a cap: later EUR calls run, a USD call still waits for a person."""
+    first = always_confirmed.pay(2000, "EUR")
+    assert first["state"] == "AUTHORIZED" and first["confirmation"]["state"] == "pending"
+    always_confirmed.grant_standing(first)
+
+    usd = always_confirmed.pay(2000, "USD")
+    assert usd["state"] == "AUTHORIZED" and usd["confirmation"]["state"] == "pending", usd
+    assert always_confirmed.pay(900000, "EUR")["state"] == "PREPARED"
+    standing = StandingApproval.objects.get()
+    assert (standing.calls_covered, standing.max_amount_display) == (1, "any amount, EUR only")
+
+
+def test_an_uncapped_standing_approval_covers_the_other_currencies_its_approver_names(always_confirmed):
+    always_confirmed.grant_standing(always_confirmed.pay(2000, "EUR"), other_currencies="usd, JPY")
+    standing = StandingApproval.objects.get()
+    assert (standing.currency, standing.other_currencies) == ("EUR", ["JPY", "USD"])
+    assert standing.max_amount_display == "any amount, EUR or JPY or USD only"
+    assert Event.objects.get(kind="standing_approval_granted").data["other_currencies"] == ["JPY", "USD"]
+    for currency in ("USD", "EUR", "JPY"):
+        assert always_confirmed.pay(2000, currency)["state"] == "PREPARED", currency
+    assert always_confirmed.pay(2000, "GBP")["state"] == "AUTHORIZED"
+
+
+@pytest.mark.parametrize(("form", "why"), [
+    ({"max_amount": "50", "other_currencies": "USD"}, "covers only this call&#x27;s currency (EUR)"),
+    ({"other_currencies": "USD dollars"}, "&#x27;dollars&#x27; is not a currency code"),
+])
+def test_other_currencies_are_refused_with_a_cap_or_when_not_a_currency_code(always_confirmed, form, why):
+    first = always_confirmed.pay(2000, "EUR")
+    page = always_confirmed.grant_standing(first, **form).content.decode()
+    assert why in page, page
+    assert not StandingApproval.objects.exists() and Invocation.objects.get(pk=first["id"]).state == "AUTHORIZED"
 
 
 @pytest.mark.parametrize(("typed", "currency", "minor"), [

@@ -14,15 +14,18 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from guardian.shortcuts import assign_perm
+from rest_framework.test import APIClient
 
 from invocations_app.console.selectors import (
     confirmation_get_for_user, confirmation_pending_count, confirmations_visible_to, record_visible_to,
     unknown_outcomes_visible_to,
 )
-from invocations_app.models import Confirmation, Event
+from invocations_app.models import Confirmation, Event, StandingApproval
+from invocations_app.standing_approvals import standing_approval_grant
+from specs_app.services import personal_token_issue
 from tests.builders import (
-    CALENDAR_ARGS, admit_proposal, allow_approving, allow_resolving, make_demo_spec, make_grant, make_staff, make_subject,
-    make_tenant,
+    CALENDAR_ARGS, Agent, admit_proposal, allow_approving, allow_resolving, make_demo_spec, make_grant, make_staff,
+    make_subject, make_tenant,
 )
 from tests.invocations.test_support_console import PAYMENT_ARGS, client_for, make_finance_agent, make_unknown
 
@@ -145,6 +148,62 @@ def test_a_model_wide_tenant_permission_covers_every_tenant(pending_acme, pendin
 def test_a_superuser_sees_every_tenant(pending_acme, pending_globex):
     root = make_staff(username="root", superuser=True)
     assert client_for(root).get(f"{QUEUE}count.json").json() == {"pending": 2}
+
+
+# --- standing approvals -----------------------------------------------------------------------------
+
+@pytest.fixture
+def acme_standing(pending_acme, acme_approver):
+    return standing_approval_grant(confirmation=pending_acme, user=acme_approver, minutes=30, max_amount=None,
+                                   max_calls=None, reason="the day's bookings")
+
+
+@pytest.fixture
+def globex_approver(calendar, globex):
+    """An approver of the same tool, in the other tenant."""
+    user = make_staff(username="globex-approver")
+    allow_approving(user=user, spec=calendar, tenant=globex.tenant)
+    return user
+
+
+def over_the_api(user) -> Agent:
+    """``user``'s Approvals API client (a personal token)."""
+    return Agent(APIClient(), personal_token_issue(user=user, label="test")[1])
+
+
+def assert_untouched(standing: StandingApproval) -> None:
+    standing.refresh_from_db()
+    assert standing.revoked_at is None and standing.revoked_by is None and standing.revoke_reason == ""
+    assert not Event.objects.filter(kind="standing_approval_revoked").exists()
+
+
+def test_another_tenants_approver_cannot_revoke_a_standing_approval_over_the_api(acme_standing, globex_approver):
+    """The same tool permission in another tenant: 404, as for that tenant's confirmations, and
+    nothing of the standing approval (who revoked, calls covered) is disclosed."""
+    resp = over_the_api(globex_approver).post(f"/api/v1/standing-approvals/{acme_standing.pk}/revoke", {"reason": "probe"})
+    assert resp.status_code == 404 and resp.json()["code"] == "not_found", resp.content
+    assert "calls_covered" not in resp.json() and "revoked_by" not in resp.json()
+    assert_untouched(acme_standing)
+
+
+def test_another_tenants_approver_cannot_revoke_a_standing_approval_in_the_console(acme_standing, globex_approver):
+    resp = client_for(globex_approver).post(f"/console/confirmations/standing/{acme_standing.pk}/revoke", {"reason": "probe"})
+    assert resp.status_code == 404
+    assert_untouched(acme_standing)
+
+
+def test_the_tenants_own_approver_revokes_its_standing_approval(acme_standing, acme_approver):
+    resp = over_the_api(acme_approver).post(f"/api/v1/standing-approvals/{acme_standing.pk}/revoke", {"reason": "done"})
+    assert resp.status_code == 200 and resp.json()["revoked_by"] == "acme-approver", resp.content
+
+
+def test_a_tenant_approver_without_the_tools_permission_is_refused_403(acme_standing, acme):
+    """In one of the user's tenants, the row may be known to exist, not revoked."""
+    user = make_staff(username="acme-other-tool")
+    assign_perm("specs_app.approve_calls", user, acme.tenant)
+    resp = over_the_api(user).post(f"/api/v1/standing-approvals/{acme_standing.pk}/revoke", {"reason": "probe"})
+    assert resp.status_code == 403 and resp.json()["code"] == "forbidden"
+    assert_untouched(acme_standing)
 
 
 # --- unknown outcomes and the record page ------------------------------------------------------------

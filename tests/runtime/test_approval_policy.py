@@ -119,7 +119,24 @@ def test_a_standing_approval_compares_amounts_only_in_its_own_currency():
     bare = StandingLimits(max_amount=1000, max_calls=None)
     assert standing_failure(bare, amount=5, currency="EUR", **common)[0] == STANDING_CURRENCY_MISMATCH
     assert standing_failure(bare, amount=5, currency=None, **common) is None
-    assert standing_failure(StandingLimits(max_amount=None, max_calls=None), amount=5, currency="USD", **common) is None
+
+
+def test_an_uncapped_standing_approval_covers_only_its_currency_and_those_the_approver_named():
+    common = dict(amount=5, calls_covered=0, approvals_needed=1, expired=False, revoked=False)
+    eur = StandingLimits(max_amount=None, max_calls=None, currency="EUR")
+    assert standing_failure(eur, currency="EUR", **common) is None
+    for other in ("USD", None):
+        assert standing_failure(eur, currency=other, **common)[0] == STANDING_CURRENCY_MISMATCH, other
+    bare = StandingLimits(max_amount=None, max_calls=None)
+    assert standing_failure(bare, currency=None, **common) is None
+    assert standing_failure(bare, currency="USD", **common)[0] == STANDING_CURRENCY_MISMATCH
+    named = StandingLimits(max_amount=None, max_calls=None, currency="EUR", other_currencies=("USD",))
+    assert standing_failure(named, currency="USD", **common) is None
+    assert standing_failure(named, currency="GBP", **common)[1] == ("the call is in GBP; the standing approval "
+                                                                    "covers EUR, USD")
+    # A cap is in one currency: a named other one is never compared with it.
+    capped = StandingLimits(max_amount=1000, max_calls=None, currency="EUR", other_currencies=("USD",))
+    assert standing_failure(capped, currency="USD", **common)[0] == STANDING_CURRENCY_MISMATCH
 
 
 @pytest.mark.parametrize(("limits", "amount", "covered", "quorum", "code"), [

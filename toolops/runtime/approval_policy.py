@@ -335,21 +335,25 @@ STANDING_QUORUM = "standing_quorum"
 
 @dataclass(frozen=True)
 class StandingLimits:
-    """What one standing approval covers: amounts up to ``max_amount`` (minor units of
-    ``currency``, inclusive), at most ``max_calls`` calls, until ``expires_at`` (the caller
-    compares datetimes). ``currency`` is the granting call's; amounts in another currency (or
-    none stated where it had one) are never compared with the cap."""
+    """What one standing approval covers: calls in ``currency`` (the granting call's; ``None``
+    when it stated none) or, without a cap, in one of ``other_currencies`` the approver named;
+    amounts up to ``max_amount`` (minor units of ``currency``, inclusive: a cap is in one
+    currency, amounts in another are never compared with it); at most ``max_calls`` calls;
+    until ``expires_at`` (the caller compares datetimes)."""
 
     max_amount: int | None
     max_calls: int | None
     currency: str | None = None
+    other_currencies: tuple[str, ...] = ()
 
 
 def standing_failure(limits: StandingLimits, *, amount: int | None, calls_covered: int, approvals_needed: int,
                      expired: bool, revoked: bool, currency: str | None = None) -> tuple[str, str] | None:
     """Why a standing approval does not cover a call, as ``(code, message)``; ``None`` when it does.
 
-    A standing approval is one person's decision, so it never stands in for a quorum of two or more.
+    A standing approval is one person's decision, so it never stands in for a quorum of two or
+    more. It covers the currency the person saw, capped or not: 500 EUR approved is not 500 USD
+    approved, unless they named USD too.
     """
     if revoked:
         return STANDING_REVOKED, "the standing approval was revoked"
@@ -359,12 +363,14 @@ def standing_failure(limits: StandingLimits, *, amount: int | None, calls_covere
         return STANDING_QUORUM, f"the call needs {approvals_needed} approvers; a standing approval is one person's"
     if limits.max_calls is not None and calls_covered >= limits.max_calls:
         return STANDING_CALLS_USED, f"the standing approval already covered its {limits.max_calls} call(s)"
+    covered = (limits.currency or None, *(() if limits.max_amount is not None else limits.other_currencies))
+    if (currency or None) not in covered:
+        named = ", ".join(c or "no stated currency" for c in covered)
+        return STANDING_CURRENCY_MISMATCH, (f"the call is in {currency or 'no stated currency'}; the standing "
+                                            f"approval covers {named}")
     if limits.max_amount is not None:
         if amount is None:
             return STANDING_AMOUNT_UNKNOWN, "the standing approval caps amounts but the call states none"
-        if currency != limits.currency:
-            return STANDING_CURRENCY_MISMATCH, (f"the call is in {currency or 'no stated currency'}; the standing "
-                                                f"approval caps amounts in {limits.currency or 'no stated currency'}")
         if amount > limits.max_amount:
             return STANDING_OVER_AMOUNT, f"amount {amount} exceeds the standing approval's {limits.max_amount}"
     return None

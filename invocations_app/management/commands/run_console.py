@@ -121,6 +121,8 @@ class Command(BaseCommand):
                           "tutorials/mcp-server.md)")
         self.stdout.write(f"egress allow-list: {allow} (TOOLOPS_EGRESS_ALLOW, for the demo's processes only; nothing "
                           "is open by default)")
+        self.stdout.write(f"webhook egress allow-list: {','.join(settings.TOOLOPS_WEBHOOK_EGRESS_ALLOW) or 'empty'} "
+                          "(TOOLOPS_WEBHOOK_EGRESS_ALLOW, as you set it: the tools' list above opens nothing to webhooks)")
         self.stdout.write(f"admin login:      {info['admin']} / admin (change it: manage.py changepassword admin)")
         self.stdout.write(f"demo API token:   {token}")
         self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")
