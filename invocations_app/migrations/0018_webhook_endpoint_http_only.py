@@ -7,6 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
+        ('invocations_app', '0017_run_on_behalf_of_user'),
         ('invocations_app', '0017_standing_approval_other_currencies'),
     ]
 
