@@ -44,7 +44,7 @@ from django.utils import timezone  # noqa: E402
 
 from invocations_app import admission, runs  # noqa: E402
 from invocations_app.models import Proposal  # noqa: E402
-from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
+from devtools.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
 from specs_app.selectors import tool_view  # noqa: E402
 from specs_app.services import toolspec_publish  # noqa: E402

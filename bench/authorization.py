@@ -5,7 +5,7 @@
 
 The decision path of ``invocations_app.authorization`` without a state transition:
 ``specs_app.selectors.grant_snapshots`` (one indexed query) + ``requirements_for`` + the pure
-``toolops.runtime.authorization.authorize``. The measured subject holds 10 grants of the
+``toolops.decisions.authorization.authorize``. The measured subject holds 10 grants of the
 capability its tool needs (10 exact-scope grants; exactly one covers each call, so every
 decision evaluates all 10 and allows). The other grants are spread at random (fixed seed) over
 other subjects, other tenants and 20 capabilities: a share of them (``--own-tenant-share``,
@@ -50,8 +50,8 @@ from django.utils import timezone  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant  # noqa: E402
 from toolops import db_batch  # noqa: E402
 from specs_app.selectors import capability_classes, grant_snapshots  # noqa: E402
-from toolops.runtime.authorization import AuthContext, Effect, authorize  # noqa: E402
-from toolops.runtime.requirements import requirements_for  # noqa: E402
+from toolops.decisions.authorization import AuthContext, Effect, authorize  # noqa: E402
+from toolops.decisions.requirements import requirements_for  # noqa: E402
 
 # BENCH_SMOKE=1 (CI's .ci/bench-smoke): the whole script at tiny sizes, to prove it still runs
 # against real PostgreSQL and Redis; the numbers it prints then mean nothing.

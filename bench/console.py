@@ -45,7 +45,7 @@ from django.test import Client  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from invocations_app.console import dashboard  # noqa: E402
+from control import dashboard  # noqa: E402
 from invocations_app.admin import InvocationAdmin  # noqa: E402
 from invocations_app.models import Confirmation, Event, Invocation  # noqa: E402
 

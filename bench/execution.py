@@ -37,7 +37,7 @@ from django.db import connection  # noqa: E402
 from bench.bare_tasks import BARE_TABLE, bare_write_task  # noqa: E402
 from invocations_app import admission, runs  # noqa: E402
 from invocations_app.models import Invocation  # noqa: E402
-from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
+from devtools.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
 from specs_app.services import toolspec_publish  # noqa: E402
 

@@ -127,7 +127,7 @@ from django.db import connection  # noqa: E402
 
 from invocations_app.admission import proposal_admit  # noqa: E402
 from invocations_app.runs import model_call_create, run_create  # noqa: E402
-from specs_app.demo import DEMO_TOOLSPECS  # noqa: E402
+from devtools.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
 from specs_app.services import api_token_issue, toolspec_publish  # noqa: E402
 from toolops.celery import app as celery_app  # noqa: E402

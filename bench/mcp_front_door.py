@@ -4,7 +4,7 @@
     REDIS_URL=redis://127.0.0.1:6379/0 CELERY_BROKER_URL=redis://127.0.0.1:6379/5 \\
     .venv/bin/python bench/mcp_front_door.py            # BENCH_SMOKE=1: a few calls, < 30 s
 
-Real processes: the MCP server (``uvicorn toolops.mcp_asgi:app``), a Celery worker (prefork,
+Real processes: the MCP server (``uvicorn mcp_server.asgi:app``), a Celery worker (prefork,
 concurrency 2), the demo services. One client process runs the official ``mcp`` SDK ``Client``
 (2026-07-28 mode, a bearer token) and an ``httpx2.AsyncClient`` (the HTTP client the SDK uses).
 
@@ -57,7 +57,7 @@ from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from invocations_app.models import ModelCall  # noqa: E402
-from specs_app.demo import load_demo  # noqa: E402
+from devtools.demo import load_demo  # noqa: E402
 
 SMOKE = os.environ.get("BENCH_SMOKE") == "1"
 logging.getLogger("httpx2").setLevel(logging.WARNING)  # one INFO line per request otherwise
@@ -93,7 +93,7 @@ def start(env: dict, inline: bool) -> tuple[list[subprocess.Popen], str, str]:
     procs = [
         subprocess.Popen([python, "manage.py", "run_demo_services", "--port", str(demo_port)], cwd=ROOT, env=env,
                          stdout=log, stderr=subprocess.STDOUT),
-        subprocess.Popen([python, "-m", "uvicorn", "toolops.mcp_asgi:app", "--host", "127.0.0.1", "--port",
+        subprocess.Popen([python, "-m", "uvicorn", "mcp_server.asgi:app", "--host", "127.0.0.1", "--port",
                           str(mcp_port), "--log-level", "warning"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
         subprocess.Popen([python, "-m", "celery", "-A", "toolops", "worker", "--loglevel=WARNING", "--concurrency=2",
                           "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "--without-gossip", "--without-mingle"],

@@ -9,7 +9,7 @@ Real parts: the demo notes MCP server (its own process, official SDK, streamable
 
 * **through ToolOps' MCP front door** (the headline figure): the same SDK ``Client``, one open
   session, calling ``notes.search`` (imported, class confirmed, published, granted) on ToolOps'
-  MCP server (``uvicorn toolops.mcp_asgi:app``, its own process, inline reads as by default):
+  MCP server (``uvicorn mcp_server.asgi:app``, its own process, inline reads as by default):
   admission → the MCP executor (pin check unless this process made it within
   ``TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS``, ``tools/call`` upstream) → the recorded answer. The
   agent's view: the same tool, governed, vs ungoverned.
@@ -64,8 +64,8 @@ from invocations_app.runs import model_call_create, run_create  # noqa: E402
 from invocations_app.models import Invocation  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant  # noqa: E402
 from specs_app.services import api_token_issue, toolspec_publish  # noqa: E402
-from specs_app.upstream import credential_headers, upstream_confirm_class, upstream_import  # noqa: E402
-from toolops import mcp_client  # noqa: E402
+from worker.upstream_sync import credential_headers, upstream_confirm_class, upstream_import  # noqa: E402
+from worker.executors import mcp_client  # noqa: E402
 
 
 def start_upstream() -> tuple[subprocess.Popen, str]:
@@ -121,7 +121,7 @@ def start_front_door() -> tuple[subprocess.Popen, str]:
     url = f"http://127.0.0.1:{port}/mcp"
     log = open(ROOT / "var" / "bench-mcp-front-door.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "toolops.mcp_asgi:app", "--host", "127.0.0.1", "--port", str(port),
+        [sys.executable, "-m", "uvicorn", "mcp_server.asgi:app", "--host", "127.0.0.1", "--port", str(port),
          "--log-level", "warning"],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "TOOLOPS_MCP_URL": url, "TOOLOPS_MCP_INLINE_READS": "1"},
         stdout=log, stderr=subprocess.STDOUT,

@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from toolops.runtime import secret_forms  # noqa: E402
-from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result  # noqa: E402
+from toolops.model_io import secret_forms  # noqa: E402
+from toolops.model_io.tool_messages import ResultPolicy, ToolResult, encode_result  # noqa: E402
 
 SMOKE = os.environ.get("BENCH_SMOKE") == "1"
 WORDS = ("the harbour wakes before the city does and the ferries cross twice an hour while gulls "

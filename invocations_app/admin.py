@@ -16,10 +16,10 @@ from django.utils.html import format_html, format_html_join
 from specs_app.admin import pretty_json
 from specs_app.models import ToolSpec
 
-from .models import (
+from invocations_app.models import (
     HTTP_URL, WEBHOOK_EVENT_TYPES, Event, Invocation, ModelCall, Proposal, Run, WebhookAttempt, WebhookDelivery, WebhookEndpoint,
 )
-from .webhook_delivery import webhook_deliveries_resend, webhook_secret_new
+from webhooks.delivery import webhook_deliveries_resend, webhook_secret_new
 
 
 class CappedCountPaginator(Paginator):

@@ -2,13 +2,13 @@
 
 ``approval_display(confirmation)`` reads the confirmation's invocation, ToolSpec and proposal
 (already loaded, or one query each) and returns plain JSON-able data; the wording lives in the
-pure ``toolops.runtime.approval_display``. Nothing here writes.
+pure ``toolops.decisions.approval_display``. Nothing here writes.
 """
 from __future__ import annotations
 
-from toolops.runtime import approval_display as words
+from toolops.decisions import approval_display as words
 
-from .models import Confirmation, Invocation
+from invocations_app.models import Confirmation, Invocation
 
 
 def spec_kinds(spec) -> dict[str, dict]:

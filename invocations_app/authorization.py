@@ -1,6 +1,6 @@
 """Carry a VALIDATED invocation to AUTHORIZED (maybe awaiting a human) or AUTHORIZATION_REJECTED.
 
-The decision itself is the pure ``toolops.runtime.authorization.authorize`` over a snapshot of
+The decision itself is the pure ``toolops.decisions.authorization.authorize`` over a snapshot of
 the subject's live grants; this module gathers the snapshot, reserves counting limits
 atomically (``counters``), and records the outcome through the transition service. The
 subject is the token's; nothing in the arguments is consulted except the pointers the ToolSpec
@@ -17,21 +17,21 @@ from django.utils import timezone
 
 from specs_app.models import ToolSpec
 from specs_app.selectors import call_requirements, grant_snapshots
-from specs_app.upstream import upstream_gate
-from toolops.runtime.approval_policy import ApprovalPolicy, PolicyError, earliest_escalation, strictest_edit_rule
-from toolops.runtime.authorization import AuthContext, Decision, Effect, GrantSnapshot, Reason, Usage, authorize
-from toolops.runtime.requirements import RequirementError, money_currency
+from specs_app.upstream_reads import upstream_gate
+from toolops.decisions.approval_policy import ApprovalPolicy, PolicyError, earliest_escalation, strictest_edit_rule
+from toolops.decisions.authorization import AuthContext, Decision, Effect, GrantSnapshot, Reason, Usage, authorize
+from toolops.decisions.requirements import RequirementError, money_currency
 from toolops.runtime.admission import Step
 from toolops.runtime.states import State
 
-from .budgets import invocation_deadline
-from .confirmations import confirmation_open
-from .counters import counts_usage as _counting, default_counter
-from .dispatch import enqueue_when_committed
-from .models import Invocation
-from .standing_approvals import StandingUse, standing_approval_take
-from .tool_messages import ending_message_rows
-from .transitions import event_append, invocation_transition
+from invocations_app.deadlines import invocation_deadline
+from invocations_app.confirmations import confirmation_open
+from invocations_app.counters import counts_usage as _counting, default_counter
+from invocations_app.dispatch import enqueue_when_committed
+from invocations_app.models import Invocation
+from invocations_app.standing_approvals import StandingUse, standing_approval_take
+from invocations_app.tool_messages import ending_message_rows
+from invocations_app.transitions import event_append, invocation_transition
 
 DEFAULT_CONFIRMATION_SECONDS = 15 * 60
 

@@ -14,7 +14,7 @@ An exhausted budget refuses *further* work; it never undoes work admitted within
   cancels: every call of the run that has not crossed its commit boundary ends
   CANCELLED_BEFORE_COMMIT (one in flight is asked to stop and keeps an effect it already had),
   and no new attempt starts. Each call's deadline is also capped at the wall clock's end
-  (``toolops.runtime.deadlines``), so a call waiting for a retry stops there by itself.
+  (``toolops.decisions.deadlines``), so a call waiting for a retry stops there by itself.
 
 ``cost`` per attempt is what the executor reported (``ExecutionOutcome.cost``, e.g. the HTTP
 executor's ``cost_header``), else the ToolSpec's declared ``executor.cost``; an attempt that
@@ -23,7 +23,6 @@ was never sent costs nothing.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from decimal import Decimal
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
@@ -32,41 +31,15 @@ from django.utils import timezone
 
 from toolops.db_batch import execute_one
 from toolops.errors import BudgetExhausted
-from toolops.runtime.deadlines import TimeoutPolicy, call_deadline
 from toolops.runtime.states import CANCELLABLE, State
 
-from .cancellation import run_invocations_cancel
-from .models import Run
+from invocations_app.cancellation import run_invocations_cancel
+from invocations_app.deadlines import WALL_CLOCK_REASON, budget_limit, wall_clock_end, wall_clock_left  # noqa: F401 (re-exported)
+from invocations_app.models import Run
 
 logger = logging.getLogger(__name__)
 
 _USED_FIELD = {"model_calls": "model_calls_used", "tool_calls": "tool_calls_used", "cost": "cost_used"}
-
-
-def _limit(run: Run, key: str):
-    value = (run.budgets or {}).get(key)
-    return None if value is None else (Decimal(str(value)) if key == "cost" else int(value))
-
-
-WALL_CLOCK_REASON = "wall_seconds budget exhausted"
-
-
-def wall_clock_end(run: Run):
-    """When the run's wall-clock budget ends (None: no wall-clock budget)."""
-    limit = _limit(run, "wall_seconds")
-    return None if limit is None else run.created_at + timedelta(seconds=limit)
-
-
-def wall_clock_left(run: Run) -> float | None:
-    end = wall_clock_end(run)
-    return None if end is None else (end - timezone.now()).total_seconds()
-
-
-def invocation_deadline(*, spec, run: Run, released_at):
-    """A call's deadline when it is released to execute (admission, or a person's approval):
-    the earlier of ``released_at + timeout_policy.deadline_seconds`` and the run's wall-clock end."""
-    return call_deadline(released_at=released_at, policy=TimeoutPolicy.from_dict(spec.timeout_policy or None),
-                         run_wall_end=wall_clock_end(run))
 
 
 def budget_take(*, run: Run, key: str, amount=1) -> None:
@@ -78,7 +51,7 @@ def budget_take(*, run: Run, key: str, amount=1) -> None:
         run_exhaust(run=run, reason=WALL_CLOCK_REASON)
         raise BudgetExhausted("the run's wall-clock budget is used up", extra={"budget": "wall_seconds"})
     field = _USED_FIELD[key]
-    limit = _limit(run, key)
+    limit = budget_limit(run, key)
     qs = Run.objects.filter(pk=run.pk, status=Run.Status.ACTIVE)
     if limit is not None:
         qs = qs.filter(**{f"{field}__lte": limit - amount})
@@ -111,7 +84,7 @@ def budget_add_result_bytes(*, run_id, nbytes: int) -> None:
     writes as ``result_bytes_increment`` (the worker does so)."""
     execute_one(*result_bytes_increment(run_id=run_id, nbytes=nbytes), fetch=False)
     run = Run.objects.only("budgets", "result_bytes_used", "status", "trace_id").get(pk=run_id)
-    limit = _limit(run, "result_bytes")
+    limit = budget_limit(run, "result_bytes")
     if limit is not None and run.result_bytes_used > limit and run.status == Run.Status.ACTIVE:
         transaction.on_commit(lambda: run_exhaust(run=run, reason="result_bytes budget exhausted"))
 
@@ -123,7 +96,7 @@ def budget_charge_cost(*, run_id, amount: Decimal) -> None:
         return
     Run.objects.filter(pk=run_id).update(cost_used=F("cost_used") + amount)
     run = Run.objects.only("budgets", "cost_used", "status", "trace_id").get(pk=run_id)
-    limit = _limit(run, "cost")
+    limit = budget_limit(run, "cost")
     if limit is not None and run.cost_used >= limit and run.status == Run.Status.ACTIVE:
         transaction.on_commit(lambda: run_exhaust(run=run, reason="cost budget exhausted"))
 

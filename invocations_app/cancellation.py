@@ -14,9 +14,9 @@ from django.utils import timezone
 from toolops.errors import Conflict
 from toolops.runtime.states import CANCELLABLE, State
 
-from .models import Confirmation, Invocation, Run
-from .tool_messages import ending_message_rows
-from .transitions import TransitionConflict, event_append, invocation_transition
+from invocations_app.models import Confirmation, Invocation, Run
+from invocations_app.tool_messages import ending_message_rows
+from invocations_app.transitions import TransitionConflict, event_append, invocation_transition
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ The original call ends CANCELLED_BEFORE_COMMIT without a tool message of its own
 tool-call id is answered by the replacement, whose message says a person changed the arguments
 and what they are now (``tool_messages.edit_notice``).
 
-Maker–checker (``toolops.runtime.approval_policy.edit_requirement``): an edit is new arguments
+Maker–checker (``toolops.decisions.approval_policy.edit_requirement``): an edit is new arguments
 chosen by a person, so the replacement's confirmation needs as many distinct approvers as the
 original or the edited arguments need, whichever is more — the editor's approval counted as
 one — and, unless the policies' ``edits`` rule lets the editor narrow alone and the edit only
@@ -26,18 +26,18 @@ from django.utils import timezone
 from specs_app.selectors import tool_view
 from toolops.errors import ApplicationError
 from toolops.runtime.admission import AdmissionPlan, admit
-from toolops.runtime.approval_policy import EditRequirement, edit_requirement
-from toolops.runtime.authorization import Decision, Effect
+from toolops.decisions.approval_policy import EditRequirement, edit_requirement
+from toolops.decisions.authorization import Decision, Effect
 from toolops.runtime.digest import canonical_json
 from toolops.runtime.normalizers import NormalizationContext
 from toolops.runtime.states import State
 
-from .admission import parser_limits, record_admission
-from .authorization import authorization_preview, edit_rule, invocation_authorize
-from .confirmations import StaleDigest, confirmation_approve, decision_claim, refuse_if_acting_for, refuse_if_overdue
-from .models import Confirmation, Invocation
-from .transitions import invocation_transition
-from .webhooks import webhook_confirmation_decided
+from invocations_app.admission import parser_limits, record_admission
+from invocations_app.authorization import authorization_preview, edit_rule, invocation_authorize
+from invocations_app.confirmations import StaleDigest, confirmation_approve, decision_claim, refuse_if_acting_for, refuse_if_overdue
+from invocations_app.models import Confirmation, Invocation
+from invocations_app.transitions import invocation_transition
+from invocations_app import signals
 
 
 def confirmation_preview_edit(*, confirmation: Confirmation, edited_arguments) -> AdmissionPlan:
@@ -146,5 +146,5 @@ def _replace_invocation(*, confirmation: Confirmation, user, plan: AdmissionPlan
                     "error_detail": {"replacement_invocation_id": str(replacement.pk), "reason": reason}},
         )
         confirmation.replacement = replacement
-        webhook_confirmation_decided(confirmation)
+        signals.confirmation_decided.send(sender=Confirmation, confirmation=confirmation)
     return replacement

@@ -9,8 +9,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.urls import reverse
 
-from .approval_display import approval_display
-from .models import Confirmation, Invocation
+from invocations_app.approval_display import approval_display
+from invocations_app.models import Confirmation, Invocation
 
 
 def record_url(invocation_id) -> str:

@@ -24,12 +24,12 @@ from toolops.errors import ApplicationError, Conflict
 from toolops.runtime.person_names import person_key_lenient
 from toolops.runtime.states import State
 
-from .budgets import invocation_deadline
-from .dispatch import enqueue_when_committed
-from .models import Confirmation, ConfirmationApproval, Invocation, Run
-from .tool_messages import ending_message_rows
-from .transitions import TransitionConflict, event_append, invocation_transition
-from .webhooks import webhook_confirmation_decided, webhook_confirmation_expired, webhook_confirmation_requested
+from invocations_app.deadlines import invocation_deadline
+from invocations_app.dispatch import enqueue_when_committed
+from invocations_app.models import Confirmation, ConfirmationApproval, Invocation, Run
+from invocations_app.tool_messages import ending_message_rows
+from invocations_app.transitions import TransitionConflict, event_append, invocation_transition
+from invocations_app import signals
 
 
 class StaleDigest(Conflict):
@@ -105,7 +105,7 @@ def confirmation_open(*, invocation: Invocation, expires_at: datetime, **policy)
         data={"confirmation_id": str(confirmation.pk), "digest": invocation.digest, "expires_at": expires_at.isoformat(),
               **_policy_record(confirmation)},
     )
-    webhook_confirmation_requested(confirmation)
+    signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
     return confirmation
 
 
@@ -178,7 +178,7 @@ def confirmation_approve(*, confirmation: Confirmation, user, digest_seen: str, 
                 data=data, actor=actor, fields={"deadline": deadline},
             )
         enqueue_when_committed(invocation)
-        webhook_confirmation_decided(confirmation)
+        signals.confirmation_decided.send(sender=Confirmation, confirmation=confirmation)
     return invocation
 
 
@@ -212,7 +212,7 @@ def confirmation_deny(*, confirmation: Confirmation, user, reason: str) -> Invoc
     refuse_if_overdue(confirmation, now)
     with transaction.atomic():
         decision_claim(confirmation, state=Confirmation.Status.DENIED, user=user, reason=reason, now=now)
-        webhook_confirmation_decided(confirmation)  # queued before the call's own "settled"
+        signals.confirmation_decided.send(sender=Confirmation, confirmation=confirmation)  # queued before the call's own "settled"
         error = {"error_code": "confirmation_denied", "error_message": f"a human denied this call: {reason}"}
         invocation_transition(
             invocation=invocation, src=State.AUTHORIZED, dst=State.AUTHORIZATION_REJECTED, kind="confirmation_denied",
@@ -232,7 +232,7 @@ def confirmation_expire(*, confirmation: Confirmation, now: datetime | None = No
         if changed != 1:
             return False
         confirmation.state, confirmation.decided_at = Confirmation.Status.EXPIRED, now
-        webhook_confirmation_expired(confirmation)  # queued before the call's own "settled"
+        signals.confirmation_expired.send(sender=Confirmation, confirmation=confirmation)  # queued before the call's own "settled"
         invocation = Invocation.objects.get(pk=confirmation.invocation_id)
         try:
             with transaction.atomic():  # a savepoint: losing the race keeps the expiry

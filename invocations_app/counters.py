@@ -17,9 +17,9 @@ from django.db import transaction
 from django.db.models import Sum
 
 from specs_app.models import Grant
-from toolops.runtime.authorization import GrantSnapshot
+from toolops.decisions.authorization import GrantSnapshot
 
-from .models import GrantUsage
+from invocations_app.models import GrantUsage
 
 MINUTE = timedelta(minutes=1)
 

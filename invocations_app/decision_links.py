@@ -22,8 +22,8 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from .approvers import may_approve
-from .models import Confirmation, DecisionLinkUse
+from invocations_app.approvers import may_approve
+from invocations_app.models import Confirmation, DecisionLinkUse
 
 SALT = "toolops.decision-link.v1"
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 from toolops.celery import BROKER_ERRORS, app
 from toolops.runtime.states import State
 
-from .models import Confirmation, Invocation
+from invocations_app.models import Confirmation, Invocation
 
 logger = logging.getLogger(__name__)
 

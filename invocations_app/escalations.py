@@ -19,9 +19,9 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Confirmation
-from .transitions import event_append
-from .webhooks import webhook_confirmation_escalated
+from invocations_app.models import Confirmation
+from invocations_app.transitions import event_append
+from invocations_app import signals
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def confirmation_escalated(*, confirmation: Confirmation, now: datetime) -> None
         "notified": [m.get_username() for m in members], "waited_seconds": waited,
         "expires_at": confirmation.expires_at.isoformat(),
     })
-    webhook_confirmation_escalated(confirmation)
+    signals.confirmation_escalated.send(sender=Confirmation, confirmation=confirmation)
     logger.warning("confirmation %s of %s escalated to group %r after %ss (%d member(s))", confirmation.pk,
                    confirmation.tool_spec.ref, confirmation.escalation_group, waited, len(members))
     addresses = [m.email for m in members if m.email]

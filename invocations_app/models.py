@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.conf import settings
 
 from specs_app.models import Grant, Subject, Tenant, ToolSpec
-from toolops.runtime.approval_display import format_money
+from toolops.decisions.approval_display import format_money
 from toolops.runtime.states import State
 
 STATE_CHOICES = [(s.value, s.value) for s in State]
@@ -577,7 +577,7 @@ HTTP_URL = URLValidator(schemes=["http", "https"], message="Enter an http:// or 
 class WebhookEndpoint(models.Model):
     """Where a tenant wants to hear about confirmations and settled calls (configured in the admin).
 
-    The secret signs every body (``toolops.runtime.webhooks``); it is kept readable because
+    The secret signs every body (``toolops.decisions.webhooks``); it is kept readable because
     signing needs it, and shown to admins only on this form."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="webhook_endpoints")

@@ -16,14 +16,14 @@ from django.utils import timezone
 
 from toolops import otel
 from toolops.db_batch import Counted
-from toolops.runtime.media import BinaryBody
-from toolops.runtime.secret_forms import secret_matcher
-from toolops.runtime.tool_messages import IMAGE_BLOCK_MAX_BYTES, IMAGE_BLOCK_TYPES, InlineImage, ToolResult
+from toolops.model_io.media import BinaryBody
+from toolops.model_io.secret_forms import secret_matcher
+from toolops.model_io.tool_messages import IMAGE_BLOCK_MAX_BYTES, IMAGE_BLOCK_TYPES, InlineImage, ToolResult
 
-from .budgets import budget_add_result_bytes, result_bytes_increment
-from .models import IdempotencyRecord, Invocation, ResultBinary, ToolMessage
-from .tool_messages import binary_url, encode, message_rows, redacted, result_policy
-from .transitions import TransitionConflict, invocation_transition
+from invocations_app.budgets import budget_add_result_bytes, result_bytes_increment
+from invocations_app.models import IdempotencyRecord, Invocation, ResultBinary, ToolMessage
+from invocations_app.tool_messages import binary_url, encode, message_rows, redacted, result_policy
+from invocations_app.transitions import TransitionConflict, invocation_transition
 
 # Executors whose output comes from outside ToolOps: untrusted by default (docs/concepts/results.md).
 EXTERNAL_EXECUTORS = ("http", "mcp")

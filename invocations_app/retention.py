@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .models import ResultBinary
+from invocations_app.models import ResultBinary
 
 
 def binaries_purge_expired(*, now=None, batch: int | None = None, max_batches: int = 100) -> int:

@@ -10,13 +10,13 @@ from specs_app.selectors import (
     tenant_person_named, toolspec_renderable, toolspecs_offered_to_subject, toolspecs_visible_to_subject,
 )
 from toolops.errors import ApplicationError, Conflict, UnknownTool
-from toolops.runtime.rendering import FORMATS, render_tool
+from toolops.model_io.rendering import FORMATS, render_tool
 from toolops.runtime.tracecontext import TraceContext, new_span_id, new_trace_id
 from toolops.runtime.zones import is_iana_zone
 
-from .budgets import budget_take
-from .models import Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run
-from .tool_messages import carried_message_rows
+from invocations_app.budgets import budget_take
+from invocations_app.models import Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run
+from invocations_app.tool_messages import carried_message_rows
 
 
 def run_create(*, subject: Subject, budgets: dict, timezone_name: str, locale: str, metadata: dict, trace: TraceContext | None,

@@ -15,7 +15,7 @@ from toolops.db_batch import (
 from toolops.errors import NotFound
 from toolops.runtime.states import TERMINAL, State
 
-from .models import Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run, ToolMessage
+from invocations_app.models import Attempt, Confirmation, Event, Invocation, ModelCall, ModelCallMessage, ModelCallTool, Run, ToolMessage
 
 # Where ``?wait=`` stops: a terminal state, an unknown outcome (reconciliation takes its
 # time), or an invocation awaiting a human's confirmation.

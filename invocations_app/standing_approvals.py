@@ -2,7 +2,7 @@
 limits for N minutes", granted by an approver from a confirmation, recorded and revocable.
 
 Authorization asks ``standing_approval_take`` whether a live one covers a call that would need a
-person (the coverage rule is pure: ``toolops.runtime.approval_policy.standing_failure``). Taking
+person (the coverage rule is pure: ``toolops.decisions.approval_policy.standing_failure``). Taking
 one is a conditional ``UPDATE … SET calls_covered = calls_covered + 1 WHERE`` it is still live and
 has calls left, so two concurrent calls cannot both take the last one. The call then records the
 standing approval as its reason (authorization record and a ``standing_approval_applied`` event);
@@ -19,13 +19,13 @@ from django.utils import timezone
 
 from specs_app.selectors import call_requirements
 from toolops.errors import ApplicationError, Conflict
-from toolops.runtime.approval_policy import StandingLimits, standing_failure
+from toolops.decisions.approval_policy import StandingLimits, standing_failure
 from toolops.runtime.normalizers import MINOR_UNITS, NormalizationRejected, amount_to_minor
-from toolops.runtime.requirements import RequirementError, money_currency
+from toolops.decisions.requirements import RequirementError, money_currency
 
-from .confirmations import confirmation_approve, refuse_if_acting_for
-from .models import Confirmation, StandingApproval
-from .transitions import event_append
+from invocations_app.confirmations import confirmation_approve, refuse_if_acting_for
+from invocations_app.models import Confirmation, StandingApproval
+from invocations_app.transitions import event_append
 
 MAX_STANDING_MINUTES = 24 * 60
 MAX_CAP_MINOR = 2**53 - 1  # as the normalizer bounds amounts: exact in JSON, fits the column

@@ -17,20 +17,20 @@ from typing import Any
 from django.utils import timezone
 
 from toolops.errors import ApplicationError, Conflict
-from toolops.runtime.free_text import FreeTextRule
-from toolops.runtime.rendering import FORMATS
+from toolops.model_io.free_text import FreeTextRule
+from toolops.model_io.rendering import FORMATS
 from toolops.runtime.states import TERMINAL, State
-from toolops.runtime.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, redact, render
+from toolops.model_io.tool_messages import ResultPolicy, ToolResult, encode_result, message_bytes, page, redact, render
 
-from . import executors
-from .models import Confirmation, Invocation, ModelCallMessage, ResultBinary, ResultBody, ToolMessage
+from toolops.tool_secrets import secret_values
+from invocations_app.models import Confirmation, Invocation, ModelCallMessage, ResultBinary, ResultBody, ToolMessage
 
 PAGE_BYTES = 16384
 
 
 def result_policy(invocation: Invocation) -> ResultPolicy:
     spec = invocation.tool_spec
-    secrets = executors.secret_values()
+    secrets = secret_values()
     return ResultPolicy.from_dict((spec.result_policy if spec else None) or None, secrets=secrets)
 
 

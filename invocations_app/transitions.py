@@ -6,8 +6,9 @@ the event carrying that seq. Zero rows changed means another writer moved the in
 ``TransitionConflict``, never an overwrite. A database trigger generated from the same table
 (``toolops.db_guards``) refuses any other edge, whoever writes.
 
-This module imports nothing of this app but its models and the webhook outbox (a call reaching a
-terminal state is announced from here): every other service builds on it.
+This module imports nothing of this app but its models and its signals (a call reaching a terminal
+state is announced from here, ``signals.invocation_settled``; the outgoing webhooks listen, the
+kernel does not know them): every other service builds on it.
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from toolops.db_batch import Counted, execute_counted_then, execute_one, insert_
 from toolops.errors import Conflict
 from toolops.runtime.states import TERMINAL, TransitionNotAllowed, is_allowed
 
-from .models import Event, Invocation
-from .webhooks import webhook_invocation_settled
+from invocations_app.models import Event, Invocation
+from invocations_app import signals
 
 
 class TransitionConflict(Conflict):
@@ -74,7 +75,8 @@ def invocation_transition(
         setattr(invocation, name, value)
     invocation.event_seq = row[0]
     if dst in TERMINAL:
-        webhook_invocation_settled(invocation)  # queued in the caller's transaction, sent after it commits
+        # Receivers write in the caller's transaction (the webhook outbox: sent after it commits).
+        signals.invocation_settled.send(sender=Invocation, invocation=invocation)
     return events[0]
 
 

@@ -19,18 +19,18 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from guardian.admin import ReinforcedGuardedModelAdmin
 
-from toolops.runtime.approval_display import limits_display as limits_in_words, policy_display as policy_in_words
-from toolops.runtime.mcp_definitions import definition_diff
+from toolops.decisions.approval_display import limits_display as limits_in_words, policy_display as policy_in_words
+from toolops.model_io.mcp_definitions import definition_diff
 
-from .models import ApiToken, Capability, Grant, GrantChange, PersonalToken, Subject, Tenant, ToolSpec, UpstreamTool
-from .upstream import (
+from specs_app.models import ApiToken, Capability, Grant, GrantChange, PersonalToken, Subject, Tenant, ToolSpec, UpstreamTool
+from worker.upstream_sync import (
     UpstreamUnavailable, upstream_confirm_class, upstream_import, upstream_new_version, upstream_refresh_enqueue,
 )
-from .services import (
+from specs_app.services import (
     api_token_issue, api_token_revoke, grant_create, personal_token_revoke, grant_revoke, grant_set_expiry, grant_tenants_for_user,
     grant_validate, toolspec_new_version, toolspec_publish, toolspec_retire,
 )
-from .selectors import MANAGE_TOOLSPECS, tenant_people, tenants_for_user
+from specs_app.selectors import MANAGE_TOOLSPECS, tenant_people, tenants_for_user
 
 # The one admin site is the ToolOps console (set here: this module is loaded by autodiscovery).
 admin.site.site_header = "ToolOps console"

@@ -8,8 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from toolops.runtime.mcp_definitions import definition_diff
-from toolops.runtime.rendering import model_facing_name, tool_ref
+from toolops.model_io.mcp_definitions import definition_diff
+from toolops.model_io.rendering import model_facing_name, tool_ref
 
 
 class Tenant(models.Model):
@@ -256,7 +256,7 @@ class Grant(models.Model):
     scope_values = models.JSONField(default=list, blank=True, help_text='e.g. ["primary"] or ["/data/reports"]')
     limits = models.JSONField(default=dict, blank=True, help_text='e.g. {"max_amount_per_call": 10000, "calls_per_minute": 5}')
     effect = models.CharField(max_length=10, choices=Effect.choices, default=Effect.ALLOW)
-    # Thresholds, quorum and escalation (toolops/runtime/approval_policy.py); {} = the grant's effect as is.
+    # Thresholds, quorum and escalation (toolops/decisions/approval_policy.py); {} = the grant's effect as is.
     approval_policy = models.JSONField(default=dict, blank=True, help_text=(
         'e.g. {"thresholds": [{"up_to": 1000, "effect": "allow"}, {"up_to": 50000, "effect": "confirm"}, '
         '{"effect": "confirm", "approvals": 2}], "escalate_after_seconds": 600, "escalation_group": "payments-leads"}'))
@@ -313,7 +313,7 @@ class UpstreamTool(models.Model):
     """The watch over one ToolSpec imported from an upstream MCP server (issue 16).
 
     The ToolSpec stays immutable and carries the pin in its executor config; this row holds
-    what may change: the watch state (``toolops.runtime.mcp_definitions.Watch``), the changed
+    what may change: the watch state (``toolops.model_io.mcp_definitions.Watch``), the changed
     definition and when it was seen, and an admin's confirmation of the side-effect class.
     """
 

@@ -15,14 +15,14 @@ from guardian.shortcuts import get_objects_for_user, get_users_with_perms
 from toolops.db_batch import select_rows
 from toolops.errors import ApplicationError
 from toolops.runtime.admission import ToolView
-from toolops.runtime.approval_policy import ApprovalPolicy
-from toolops.runtime.authorization import GrantSnapshot, Limits
-from toolops.runtime.mcp_definitions import QUARANTINED
+from toolops.decisions.approval_policy import ApprovalPolicy
+from toolops.decisions.authorization import GrantSnapshot, Limits
+from toolops.model_io.mcp_definitions import QUARANTINED
 from toolops.runtime.person_names import InvisibleCharacter, person_key, person_key_lenient
-from toolops.runtime.rendering import RenderableTool
-from toolops.runtime.requirements import Requirement, requirements_for
+from toolops.model_io.rendering import RenderableTool
+from toolops.decisions.requirements import Requirement, requirements_for
 
-from .models import Capability, Grant, Subject, Tenant, ToolSpec
+from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec
 
 # A capability's id and operation class are fixed when it is created (the admin makes the class
 # read-only), so a found one is cached; a missing one is not. Correcting a class means deleting

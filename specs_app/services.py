@@ -15,19 +15,19 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
-from toolops.runtime.approval_policy import ApprovalPolicy, PolicyError
-from toolops.runtime.deadlines import TimeoutPolicy
-from toolops.runtime.retry import RetryPolicy
-from toolops.runtime.authorization import GRANT_EFFECTS, SCOPE_KINDS, Limits, url_parts
-from toolops.runtime.egress import MAX_REDIRECTS
+from toolops.decisions.approval_policy import ApprovalPolicy, PolicyError
+from toolops.decisions.deadlines import TimeoutPolicy
+from toolops.decisions.retry import RetryPolicy
+from toolops.decisions.authorization import GRANT_EFFECTS, SCOPE_KINDS, Limits, url_parts
+from toolops.decisions.egress import MAX_REDIRECTS
 from toolops.db_guards import TOOLSPEC_IMMUTABLE_COLUMNS
 from toolops.runtime.normalizers import check_rules
-from toolops.runtime.rendering import RenderableTool, ToolNameError, parse_tool_ref
-from toolops.runtime.tool_messages import ResultPolicy
+from toolops.model_io.rendering import RenderableTool, ToolNameError, parse_tool_ref
+from toolops.model_io.tool_messages import ResultPolicy
 from toolops.runtime.validation import SchemaRefused, check_schema
 
-from .models import ApiToken, Capability, Grant, GrantChange, PersonalToken, Subject, Tenant, ToolSpec
-from .selectors import toolspec_scope_q
+from specs_app.models import ApiToken, Capability, Grant, GrantChange, PersonalToken, Subject, Tenant, ToolSpec
+from specs_app.selectors import toolspec_scope_q
 
 TOKEN_PREFIX = "tko_"
 
@@ -282,7 +282,7 @@ MISSING_POLICY_CURRENCY = ('invalid approval policy: thresholds need their curre
 
 
 def approval_policy_errors(policy) -> str | None:
-    """Why ``policy`` is not a usable approval policy (schema: toolops/runtime/approval_policy.py), or None."""
+    """Why ``policy`` is not a usable approval policy (schema: toolops/decisions/approval_policy.py), or None."""
     try:
         parsed = ApprovalPolicy.from_dict(policy)
     except PolicyError as exc:

@@ -33,15 +33,15 @@ from rest_framework.test import APIClient
 
 from invocations_app import admission, runs
 from invocations_app.confirmations import confirmation_approve
-from invocations_app.execution import execution_claim, execution_run
+from worker.execution import execution_claim, execution_run
 from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall, Proposal, Run
-from specs_app.demo import DEMO_TOOLSPECS
+from devtools.demo import DEMO_TOOLSPECS
 from specs_app.models import ApiToken, Capability, Grant, PersonalToken, Subject, Tenant, ToolSpec
 from specs_app.selectors import grant_snapshots
 from specs_app.services import api_token_issue, personal_token_issue, toolspec_publish
 from toolops.db_guards import birth_guard_suspended
 from toolops.throttling import token_rate_window
-from toolops.runtime.execution import Commit, ExecutionOutcome, LookupOutcome
+from toolops.decisions.execution import Commit, ExecutionOutcome, LookupOutcome
 from toolops.runtime.states import State
 
 _seq = itertools.count(1)
@@ -119,7 +119,7 @@ PASSWORD = "correct horse battery staple"
 
 
 def demo_toolspec_data(*, name: str) -> dict:
-    """A deep copy of one of the demo ToolSpecs' fields (``specs_app.demo``)."""
+    """A deep copy of one of the demo ToolSpecs' fields (``devtools.demo``)."""
     return copy.deepcopy(next(d for d in DEMO_TOOLSPECS if d["name"] == name))
 
 

@@ -11,6 +11,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # TOOLOPS_CORPORA only points the tests at another copy.
 CORPORA = Path(os.environ.get("TOOLOPS_CORPORA", REPO_ROOT / "tests" / "corpora"))
 SERVICES_REQUIRED = os.environ.get("TOOLOPS_REQUIRE_SERVICES") == "1"
+# The project's own packages: the domain apps, the rooms around them (docs/architecture.md), the core.
+DOMAIN_PACKAGES = ("specs_app", "invocations_app")
+ROOM_PACKAGES = ("agent_api", "control", "mcp_server", "worker", "webhooks", "audit", "devtools")
+PROJECT_PACKAGES = ("toolops", *DOMAIN_PACKAGES, *ROOM_PACKAGES)
 
 
 def require(available: bool, reason: str) -> None:
@@ -35,7 +39,7 @@ def open_demo_services(settings, base: str) -> None:
     operator's allow-list (``settings.TOOLOPS_EGRESS_ALLOW``), as ``make run`` does: nothing is
     open by default. A process started after this gets the list as its ``TOOLOPS_EGRESS_ALLOW``
     (``tests/integration/conftest.py::_settings_env``)."""
-    from toolops.egress_net import allow_with
+    from worker.egress_net import allow_with
 
     settings.TOOLOPS_DEMO_SERVICES_URL = base
     settings.TOOLOPS_EGRESS_ALLOW = allow_with(settings.TOOLOPS_EGRESS_ALLOW, base)
@@ -87,10 +91,10 @@ def _fresh_process_caches():
     from invocations_app.selectors import _tool_definition_seen
 
     _tool_definition_seen.cache_clear()
-    from invocations_app.mcp.calls import _visible_tools
+    from mcp_server.calls import _visible_tools
 
     _visible_tools.cache_clear()
-    from toolops.mcp_client import forget_verified_pins
+    from worker.executors.mcp_client import forget_verified_pins
 
     forget_verified_pins()  # the same upstream URL and pinned definition serve many tests
     try:

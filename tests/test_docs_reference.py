@@ -15,7 +15,7 @@ import pytest
 
 from docs.gen import reference, settings_source
 from docs.gen.state_diagram import state_diagram_svg
-from tests.conftest import REPO_ROOT
+from tests.conftest import PROJECT_PACKAGES, REPO_ROOT
 from toolops import error_codes
 from toolops.runtime.states import ALL_EDGES
 
@@ -64,7 +64,7 @@ def test_every_setting_has_a_meaning():
 def test_every_project_command_is_documented_with_its_help():
     from django.core.management import get_commands
 
-    ours = {name for name, app in get_commands().items() if app in ("specs_app", "invocations_app")}
+    ours = {name for name, app in get_commands().items() if app in PROJECT_PACKAGES}
     assert ours == set(reference.COMMANDS), "add the command to docs/gen/reference.py COMMANDS"
     page = reference.commands_page()
     for name in reference.COMMANDS:

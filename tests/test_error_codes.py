@@ -20,11 +20,12 @@ import re
 
 import pytest
 
+from tests.conftest import PROJECT_PACKAGES
 from toolops import error_codes
-from toolops.runtime.execution import KNOWN_KINDS
+from toolops.decisions.execution import KNOWN_KINDS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PACKAGES = ("invocations_app", "specs_app", "toolops")
+PACKAGES = PROJECT_PACKAGES
 CODE_KEYWORDS = {"code", "deny_code", "error_code", "default_code"}
 CODE_CALLS = re.compile(r"(Refused|_refused|problem_response|problem)$")
 
@@ -91,7 +92,7 @@ def raised_codes() -> dict[str, set[str]]:
                             add(_strings(value, names), path)
                     if isinstance(target, ast.Name) and target.id.endswith("_CODES") and isinstance(node.value, ast.Dict):
                         add([s for v in node.value.values for s in _strings(v, names)], path)
-            elif isinstance(node, ast.Call) and CODE_CALLS.search(_func_name(node)) and "console" not in path.parts:
+            elif isinstance(node, ast.Call) and CODE_CALLS.search(_func_name(node)) and path.relative_to(ROOT).parts[0] != "control":
                 # (the console's ``_refused(request, obj, "approved", exc)`` names an action, not a code)
                 first = next((s for arg in node.args for s in _strings(arg, names)), None)
                 add([first] if first else [], path)
@@ -99,7 +100,7 @@ def raised_codes() -> dict[str, set[str]]:
                 for ret in ast.walk(node):
                     if isinstance(ret, ast.Return) and isinstance(ret.value, ast.Tuple) and ret.value.elts:
                         add(_strings(ret.value.elts[0], names), path)
-    add(KNOWN_KINDS - {"ok"}, ROOT / "toolops/runtime/execution.py")
+    add(KNOWN_KINDS - {"ok"}, ROOT / "toolops/decisions/execution.py")
     return found
 
 

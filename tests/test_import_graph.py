@@ -11,8 +11,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.conftest import PROJECT_PACKAGES
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("toolops", "specs_app", "invocations_app", "demo_services", "bench")
+PACKAGES = (*PROJECT_PACKAGES, "demo_services", "bench")
 
 
 def _modules() -> dict[str, Path]:

@@ -1,5 +1,7 @@
-"""toolops/runtime is pure Python: each of its modules imports in a fresh interpreter without
-loading Django, DRF or Celery (or Kombu) — the real packages, nothing faked."""
+"""The pure core — toolops/runtime (parse, validate, normalize, digest), toolops/model_io (what the
+model sees and sends) and toolops/decisions (authorization, policies, retries) — is pure Python:
+each of its modules imports in a fresh interpreter without loading Django, DRF or Celery (or
+Kombu) — the real packages, nothing faked."""
 from __future__ import annotations
 
 import ast
@@ -10,19 +12,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNTIME = ROOT / "toolops" / "runtime"
+CORE = ("runtime", "model_io", "decisions")
 FORBIDDEN = ("django", "rest_framework", "celery", "kombu", "drf_spectacular", "guardian")
-MODULES = sorted(f"toolops.runtime.{p.stem}" for p in RUNTIME.glob("*.py") if p.stem != "__init__")
+SOURCES = sorted(p for package in CORE for p in (ROOT / "toolops" / package).glob("*.py"))
+MODULES = sorted(f"toolops.{p.parent.name}.{p.stem}" for p in SOURCES if p.stem != "__init__")
 
 
 def test_it_finds_no_forbidden_import_in_the_runtime_source():
     offenders = []
-    for path in sorted(RUNTIME.glob("*.py")):
+    assert len(MODULES) > 30  # the three packages were found
+    for path in SOURCES:
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             )
-            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
+            offenders += [f"{path.parent.name}/{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
     assert not offenders, offenders
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from toolops.runtime.mcp_definitions import WATCH_TRANSITIONS
+from toolops.model_io.mcp_definitions import WATCH_TRANSITIONS
 from toolops.runtime.states import ALL_EDGES, BIRTH_STATES
 
 INVOCATION_TABLE = "invocations_app_invocation"

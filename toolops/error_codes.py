@@ -15,7 +15,7 @@ document and the console as a message — is one ``DECISIONS`` entry listed in `
 except the few whose HTTP problem and recorded outcome are different events (``unknown_tool``,
 ``budget_exhausted``, ``rate_limited``, ``digest_mismatch``).
 
-The OpenAPI schema (``toolops.api_schema``) and ``tests/test_error_codes.py`` (which scans the
+The OpenAPI schema (``agent_api.schema``) and ``tests/test_error_codes.py`` (which scans the
 source for every code raised) are checked against this module, and the docs' error-codes page is
 generated from it (``docs/gen/reference.py``), so the lists cannot drift apart. Pure data; no Django import.
 """

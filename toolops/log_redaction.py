@@ -3,7 +3,7 @@
 Installed on the console handler (settings.LOGGING) and on the handlers Celery sets up in
 workers (toolops/celery.py). It rewrites the record's message (arguments merged in) and its
 formatted traceback, so no handler or formatter downstream can print a credential in any form
-the matcher knows (``toolops.runtime.secret_forms``; docs/redaction.md).
+the matcher knows (``toolops.model_io.secret_forms``; docs/redaction.md).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import logging
 
 from django.conf import settings
 
-from toolops.runtime.secret_forms import secret_matcher
-from toolops.runtime.tool_messages import REDACTED
+from toolops.model_io.secret_forms import secret_matcher
+from toolops.model_io.tool_messages import REDACTED
 
 
 def _matcher():

@@ -15,8 +15,8 @@ import dj_database_url
 from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from toolops.openapi_components import SCHEMAS as OPENAPI_SCHEMAS
-from toolops.runtime.egress import openers_from_allowlist
+from agent_api.openapi import SCHEMAS as OPENAPI_SCHEMAS
+from toolops.decisions.egress import openers_from_allowlist
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TOOLOPS_VAR_DIR", BASE_DIR / "var"))
@@ -85,6 +85,11 @@ INSTALLED_APPS = [
     "guardian",
     "specs_app",
     "invocations_app",
+    # Rooms with management commands, Celery tasks or signal receivers (docs/architecture.md).
+    "worker",
+    "webhooks",
+    "audit",
+    "devtools",
 ]
 
 MIDDLEWARE = [
@@ -245,7 +250,7 @@ CONTENT_SECURITY_POLICY = {
 
 # --- Shared cache: throttles and login attempts, one count across every web process --------
 CACHES = {
-    # Per process (the dashboard's 15 s payload, see invocations_app/console/dashboard.py).
+    # Per process (the dashboard's 15 s payload, see control/dashboard.py).
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "shared": (
         {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": os.environ.get("REDIS_URL"),
@@ -261,11 +266,11 @@ LOGIN_FAILURES_WINDOW = env_int("LOGIN_FAILURES_WINDOW", 900)
 
 # --- REST API -------------------------------------------------------------------------
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["invocations_app.auth.BearerTokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["agent_api.auth.BearerTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["toolops.api_parsers.DepthLimitedJSONParser"],
-    "EXCEPTION_HANDLER": "invocations_app.api_errors.problem_exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["agent_api.parsers.DepthLimitedJSONParser"],
+    "EXCEPTION_HANDLER": "agent_api.errors.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": None,
     # Per API token (toolops/throttling.py, TOOLOPS_API_RATE): over it → 429 `rate_limited`.
@@ -287,9 +292,9 @@ SPECTACULAR_SETTINGS = {
     # No badge image from validator.swagger.io: the docs load nothing from outside.
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.runtime.rendering.FORMATS",
+    "ENUM_NAME_OVERRIDES": {"ModelFormatEnum": "toolops.model_io.rendering.FORMATS",
                             "InvocationErrorCodeEnum": "toolops.error_codes.INVOCATION_CHOICES",
-                            "ConfirmationStateEnum": "invocations_app.approvals_api.STATES",
+                            "ConfirmationStateEnum": "control.approvals_api.STATES",
                             # Tool-message blocks each have a `type` of their own choices: named, not hashed.
                             "FunctionTypeEnum": [("function", "function")],
                             "TextBlockTypeEnum": [("text", "text")],
@@ -355,7 +360,7 @@ TOOLOPS_SWEEP_BATCH = env_int("TOOLOPS_SWEEP_BATCH", 500)
 # Seconds a client is told to wait (Retry-After) when the database or the broker is unavailable.
 TOOLOPS_OUTAGE_RETRY_AFTER = env_int("TOOLOPS_OUTAGE_RETRY_AFTER", 5)
 
-# --- MCP front door (invocations_app/mcp, served by `uvicorn toolops.mcp_asgi:app`) -----------
+# --- MCP front door (mcp_server/, served by `uvicorn mcp_server.asgi:app`) -----------
 # Its public URL: the RFC 9728 resource identifier and what `make run` prints.
 TOOLOPS_MCP_URL = os.environ.get("TOOLOPS_MCP_URL", "http://127.0.0.1:8001/mcp")
 # Where people (and OAuth-aware clients) find the console that issues API tokens and decides
@@ -423,7 +428,7 @@ CELERY_BEAT_SCHEDULE = {
     "purge-expired-binaries": {"task": "invocations.purge_expired_binaries",
                                "schedule": float(env_int("TOOLOPS_BINARY_PURGE_SECONDS", 300))},
 }
-# See invocations_app/tasks.py for why: late acks + redelivery on worker loss, and a
+# See worker/tasks.py for why: late acks + redelivery on worker loss, and a
 # visibility timeout far above any countdown we hand the broker (<= 60 s).
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -457,10 +462,10 @@ TOOLOPS_EGRESS_ALLOW = env_allowlist("TOOLOPS_EGRESS_ALLOW")
 # Webhook receivers have their own (webhook_delivery.py): an address opened for a tool is not
 # open to a webhook endpoint's URL, nor the other way round.
 TOOLOPS_WEBHOOK_EGRESS_ALLOW = env_allowlist("TOOLOPS_WEBHOOK_EGRESS_ALLOW")
-# The HMAC key for remote idempotency keys (toolops/runtime/remote_keys.py); default: derived
+# The HMAC key for remote idempotency keys (toolops/decisions/remote_keys.py); default: derived
 # from SECRET_KEY. Changing it changes the keys new calls send; calls in flight keep theirs.
 TOOLOPS_REMOTE_KEY_SECRET = os.environ.get("TOOLOPS_REMOTE_KEY_SECRET", "")
-# Outgoing webhooks (invocations_app/webhook_delivery.py): attempts per delivery, the first
+# Outgoing webhooks (webhooks/delivery.py): attempts per delivery, the first
 # retry's delay (doubling after each failure, capped at an hour) and one attempt's deadline.
 TOOLOPS_WEBHOOK_MAX_ATTEMPTS = env_int("TOOLOPS_WEBHOOK_MAX_ATTEMPTS", 8)
 TOOLOPS_WEBHOOK_BACKOFF_SECONDS = env_int("TOOLOPS_WEBHOOK_BACKOFF_SECONDS", 10)

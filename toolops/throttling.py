@@ -2,7 +2,7 @@
 
 Both count in the ``shared`` cache (Redis in production) so every process sees one count: the
 web processes (the agent API and the Approvals API, through ``TokenRateThrottle``) and the MCP
-process (``invocations_app.mcp.rate_limit``) spend one token's requests from the same counter,
+process (``mcp_server.rate_limit``) spend one token's requests from the same counter,
 ``token_rate_window``. When that cache is unreachable the limits fail open: an outage of the
 counter store must not take the whole API down (the request still meets the database, which
 answers 503 if it is the one that is down).
@@ -80,7 +80,7 @@ class RateWindow:
 def token_rate_window(token_id: int | str | None) -> RateWindow | None:
     """The window of ``TOOLOPS_API_RATE`` a request with this token counts in now; None when the
     limit is off or the caller holds no token. ``token_id``: an agent token's id, or
-    ``person:<id>`` for a person's token (``invocations_app.auth``)."""
+    ``person:<id>`` for a person's token (``agent_api.auth``)."""
     rate = settings.TOOLOPS_API_RATE  # read per request: "off" disables
     if rate in ("", "off") or token_id is None:
         return None

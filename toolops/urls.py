@@ -3,7 +3,7 @@ from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
-from toolops.api_schema import SchemaView
+from agent_api.schema import SchemaView
 from toolops.middleware import problem_response
 from toolops.throttling import ThrottledAdminAuthenticationForm
 
@@ -18,12 +18,12 @@ def api_not_found(request, rest=""):
 
 
 urlpatterns = [
-    path("api/v1/", include("toolops.api_urls")),
+    path("api/v1/", include("agent_api.urls")),
     path("api/schema/", SchemaView.as_view(), name="api-schema"),
     # Swagger UI from drf-spectacular-sidecar's static files; its init script is a separate
     # request (?script), so the page runs under the Content-Security-Policy without inline code.
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     re_path(r"^api/(?P<rest>.*)$", api_not_found),
-    path("console/", include("invocations_app.console.urls")),  # staff pages: invocations_app/console/
+    path("console/", include("control.urls")),  # staff pages: control/
     path("", admin.site.urls),
 ]

@@ -1,6 +1,6 @@
 """PostgreSQL: every committed change of an invocation's state is announced on the
 ``toolops_invocation_state`` channel (payload: the invocation id), so the MCP front door wakes a
-waiting ``tools/call`` at once instead of polling (``invocations_app/mcp/wakeups.py``).
+waiting ``tools/call`` at once instead of polling (``mcp_server/wakeups.py``).
 Other databases: nothing (the front door polls)."""
 from django.db import migrations
 

@@ -11,7 +11,7 @@ from invocations_app.models import Confirmation, Run
 from specs_app.models import Subject
 from tests.builders import make_grant, make_person, make_staff, make_tenant, person_client
 
-from .conftest import ARGS
+from tests.approvals.conftest import ARGS
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from django.db import connection, transaction
 
 from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmations_expire_due
 from invocations_app.models import WebhookDelivery, WebhookEndpoint
-from invocations_app.webhooks import webhook_confirmation_escalated, webhook_emit, webhook_wanted
+from webhooks.emit import webhook_confirmation_escalated, webhook_emit, webhook_wanted
 from tests.approvals.conftest import propose_calendar
 from tests.builders import make_approver
 

@@ -210,7 +210,7 @@ def minutes_ago(minutes: float):
 
 
 def test_it_saves_a_screenshot_of_the_queue_for_the_readme(login, live_server, payments, finance, settings):
-    from invocations_app.resolutions import resolution_lookup, resolution_mark_not_committed
+    from worker.support import resolution_lookup, resolution_mark_not_committed
 
     open_but_nobody_listens(settings)  # the look-up below is "not reached", as in production with the tool down
 

@@ -181,7 +181,7 @@ def module_worker(demo_services, django_db_setup, tmp_path_factory):
     from django.conf import settings
     from django.db import connection
 
-    from toolops.egress_net import allow_with
+    from worker.egress_net import allow_with
 
     db = settings.DATABASES["default"]
     tmp = tmp_path_factory.mktemp("worker")
@@ -290,7 +290,7 @@ def demo_agent(transactional_db, demo_services, settings):
     """The demo data (ToolSpecs with executors, grants) and an API client for its agent.
 
     The web.read grant names the demo services' address, so it is loaded once that is known."""
-    from specs_app.demo import load_demo
+    from devtools.demo import load_demo
     from specs_app.models import Subject
 
     open_demo_services(settings, demo_services.base)

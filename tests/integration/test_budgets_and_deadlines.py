@@ -29,7 +29,7 @@ from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Confirmation, Invocation, Proposal, Run
 from tests.builders import Agent, make_demo_spec
 
-from .conftest import wait_for
+from tests.integration.conftest import wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.redis]
 

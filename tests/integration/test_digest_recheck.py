@@ -16,7 +16,7 @@ from django.db import connection
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, Invocation
 
-from .conftest import Worker, wait_for
+from tests.integration.conftest import Worker, wait_for
 
 CALENDAR_ARGS = {"calendar_id": "primary", "title": "Dinner", "start": "2026-07-20T19:00:00+08:00", "duration_minutes": 60}
 

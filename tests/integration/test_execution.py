@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Confirmation, Invocation
 
-from .conftest import remote_key_of, wait_for
+from tests.integration.conftest import remote_key_of, wait_for
 
 CALENDAR_ARGS = {"calendar_id": "primary", "title": "带护照", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}
 

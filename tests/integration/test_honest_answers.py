@@ -12,12 +12,12 @@ import pytest
 import requests
 
 from invocations_app.models import ModelCallMessage, ResultBinary
-from invocations_app.resolutions import resolution_mark_committed
+from worker.support import resolution_mark_committed
 from tests.builders import make_staff
-from toolops.runtime.tool_messages import UNTRUSTED_NOTE
+from toolops.model_io.tool_messages import UNTRUSTED_NOTE
 
-from .conftest import wait_for
-from .test_retries_and_crashes import PAYMENT_ARGS, _approve, _spec_copy, _unsafe_without_lookup
+from tests.integration.conftest import wait_for
+from tests.integration.test_retries_and_crashes import PAYMENT_ARGS, _approve, _spec_copy, _unsafe_without_lookup
 
 WEB = "web.fetch@1"
 FORMATS = ("openai", "anthropic", "mcp")

@@ -21,9 +21,9 @@ from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, Invocation, ResultBody, ToolMessage
 from tests.builders import Agent, make_grant, make_staff, make_subject, make_tenant, make_token, make_toolspec
 from tests.hostile_server import JSON_ERRORS, HostileServer, disguised_encodings, echo_encodings
-from toolops.runtime.secret_forms import encoded_variants
+from toolops.model_io.secret_forms import encoded_variants
 
-from .conftest import wait_for
+from tests.integration.conftest import wait_for
 
 HOSTILE_SECRET = "hst-Q7vN2xLp9RkT4mZcW8yB"
 CAL = {"calendar_id": "primary", "title": "A secret meeting", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 30}

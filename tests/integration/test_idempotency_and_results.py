@@ -26,7 +26,7 @@ from invocations_app.models import (
 from specs_app.models import ToolSpec
 from tests.builders import Agent, make_demo_spec, make_grant
 
-from .conftest import remote_key_of, wait_for
+from tests.integration.conftest import remote_key_of, wait_for
 
 # --- shared helpers ---------------------------------------------------------------------------
 
@@ -335,7 +335,7 @@ def test_cancel_before_the_boundary_prevents_the_call(demo_agent, settings, demo
     """Pending confirmation, and PREPARED with no worker: CANCELLED_BEFORE_COMMIT, nothing sent.
 
     The execution task is then run in this process (as a late delivery would): it must refuse."""
-    from invocations_app.tasks import invocation_execute_task
+    from worker.tasks import invocation_execute_task
 
     settings.TOOLOPS_DEMO_SERVICES_URL = demo_services.base
     demo_services.reset()

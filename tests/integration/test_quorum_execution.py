@@ -10,7 +10,7 @@ from invocations_app.models import Confirmation, Event, Invocation
 from specs_app.models import Grant
 from tests.builders import make_staff
 
-from .conftest import wait_for
+from tests.integration.conftest import wait_for
 
 PAYMENT = {"to_account": "acct-quorum", "amount": {"amount": "120.00", "currency": "EUR"}}
 

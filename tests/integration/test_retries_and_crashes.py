@@ -46,7 +46,7 @@ from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 from tests.builders import demo_toolspec_data, make_demo_spec, make_grant
 
-from .conftest import remote_key_of, wait_for
+from tests.integration.conftest import remote_key_of, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres, pytest.mark.redis]
 
@@ -443,7 +443,7 @@ def test_two_recoverers_of_one_abandoned_attempt_recover_it_once(demo_agent, dem
     both read the open attempt, then both recover it. The second must be a no-op."""
     from toolops.errors import ApplicationError
 
-    from invocations_app.execution import execution_claim, open_attempt, recover_abandoned
+    from worker.execution import execution_claim, open_attempt, recover_abandoned
 
     inv = _propose(demo_agent, "calendar.create_event@1", CALENDAR_ARGS)
     _approve(inv["id"])  # PREPARED; no worker runs in this test, the attempt is driven here

@@ -19,10 +19,10 @@ from tests.builders import Agent, allow_approving, make_approver, make_staff, ma
 from tests.conftest import REPO_ROOT
 from tests.servers import free_port
 
-from invocations_app.webhook_delivery import EGRESS_REFUSED
+from webhooks.delivery import EGRESS_REFUSED
 
-from .conftest import wait_for
-from .test_execution import CALENDAR_ARGS, _propose, _settled
+from tests.integration.conftest import wait_for
+from tests.integration.test_execution import CALENDAR_ARGS, _propose, _settled
 
 SECRET = "whsec_integration"
 ALL = ["confirmation.requested", "confirmation.decided", "confirmation.expired", "invocation.settled"]
@@ -190,7 +190,7 @@ def test_a_retry_already_queued_for_an_endpoint_deactivated_since_is_not_sent(re
 
     from django.utils import timezone
 
-    from invocations_app.webhook_delivery import ENDPOINT_INACTIVE, webhook_delivery_attempt
+    from webhooks.delivery import ENDPOINT_INACTIVE, webhook_delivery_attempt
 
     endpoint = _endpoint(demo_agent, receiver, events=["invocation.settled"])
     delivery = WebhookDelivery.objects.create(endpoint=endpoint, event_type="invocation.settled", payload={"n": 1},
@@ -205,7 +205,7 @@ def test_a_retry_already_queued_for_an_endpoint_deactivated_since_is_not_sent(re
     assert [r["answered"] for r in receiver.received()] == [503]  # the first try only
     assert WebhookAttempt.objects.filter(delivery=delivery).count() == 1
 
-    from invocations_app.webhook_delivery import webhook_deliveries_resend
+    from webhooks.delivery import webhook_deliveries_resend
 
     chosen = WebhookDelivery.objects.filter(pk=delivery.pk)
     assert webhook_deliveries_resend(deliveries=chosen) == (0, 1)  # still deactivated: left alone

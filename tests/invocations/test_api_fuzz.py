@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from invocations_app.models import Invocation, Proposal
-from invocations_app.serializers import MAX_COUNT_BUDGET, MAX_RESULT_BYTES_BUDGET, MAX_WALL_SECONDS
+from agent_api.serializers import MAX_COUNT_BUDGET, MAX_RESULT_BYTES_BUDGET, MAX_WALL_SECONDS
 from toolops.runtime.parser import ParseRejected, parse_strict
 
 pytestmark = pytest.mark.django_db

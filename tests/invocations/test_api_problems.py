@@ -25,9 +25,9 @@ from django.utils import timezone
 
 from invocations_app import selectors
 from invocations_app.dispatch import ready_invocations_sweep
-from invocations_app.mcp.calls import McpRequest, mcp_tool_call
+from mcp_server.calls import McpRequest, mcp_tool_call
 from invocations_app.models import Invocation
-from specs_app.demo import load_demo
+from devtools.demo import load_demo
 from specs_app.models import Subject
 from tests.conftest import REPO_ROOT, require_postgres
 from tests.servers import broker_on_private_redis, free_port, gunicorn_server, private_postgres, private_redis  # noqa: F401 - a fixture

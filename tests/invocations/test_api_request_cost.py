@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from invocations_app.auth import api_token_verify
+from agent_api.auth import api_token_verify
 from specs_app import services as spec_services
 from specs_app.models import ApiToken
 from specs_app.services import api_token_revoke, verified_tokens

@@ -19,7 +19,7 @@ from invocations_app.confirmations import (
 from invocations_app.confirmation_edits import confirmation_approve_with_edits
 from invocations_app.escalations import confirmations_escalate_due
 from invocations_app.models import Confirmation, ConfirmationApproval, Event, Invocation, StandingApproval
-from invocations_app.serializers import invocation_to_dict
+from agent_api.serializers import invocation_to_dict
 from invocations_app.selectors import invocation_get
 from invocations_app.standing_approvals import standing_approval_grant, standing_approval_revoke
 from specs_app.models import Grant

@@ -21,12 +21,12 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from invocations_app import audit as audit_mod
+from audit import checks as audit_mod
 from invocations_app import admission, cancellation
-from invocations_app.audit import KINDS, Violation, audit, parse_since
+from audit.checks import KINDS, Violation, audit, parse_since
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
 from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmation_expire
-from invocations_app.execution import reconcile
+from worker.execution import reconcile
 from invocations_app.models import Confirmation, Event, Invocation, ModelCallTool, Proposal
 from specs_app.models import Grant
 from specs_app.services import toolspec_publish
@@ -481,7 +481,7 @@ def test_the_command_exits_0_when_clean_and_1_with_a_violation(inv, monkeypatch)
     # What the shell sees (manage.py → run_from_argv → sys.exit(returncode)); keep the test's connection open.
     from django.core.management import base
 
-    from invocations_app.management.commands.audit_invariants import Command
+    from audit.management.commands.audit_invariants import Command
 
     monkeypatch.setattr(base.connections, "close_all", lambda: None)
     command = Command(stdout=io.StringIO(), stderr=io.StringIO())

@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from invocations_app.console.formatting import render_arguments
+from control.formatting import render_arguments
 from invocations_app.models import Confirmation, Invocation
 from tests.builders import (
     Agent, make_calendar_spec, make_demo_spec, make_grant, make_subject, make_tenant, make_token, make_toolspec,

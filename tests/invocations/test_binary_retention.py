@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from invocations_app.models import ResultBinary
 from invocations_app.retention import binaries_purge_expired
-from invocations_app.tasks import purge_expired_binaries_task
+from worker.tasks import purge_expired_binaries_task
 from tests.builders import Agent, PlantedWorld, make_token
 from toolops.runtime.states import State
 

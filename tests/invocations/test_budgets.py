@@ -11,16 +11,16 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from invocations_app import admission, authorization, budgets, runs
-from invocations_app.execution import execution_claim, execution_run
+from worker.execution import execution_claim, execution_run
 from invocations_app.models import Invocation, Proposal, Run
-from specs_app.demo import DEMO_TOOLSPECS
+from devtools.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 from tests.builders import RunWorld, make_capability, make_grant, make_subject, make_toolspec
 from tests.conftest import require_postgres
 from toolops.errors import BudgetExhausted
-from toolops.runtime.deadlines import DEFAULT_DEADLINE_SECONDS
-from toolops.runtime.execution import Commit, ExecutionOutcome
+from toolops.decisions.deadlines import DEFAULT_DEADLINE_SECONDS
+from toolops.decisions.execution import Commit, ExecutionOutcome
 
 ARGS = b'{"city": "Paris", "date": "2026-07-20"}'
 

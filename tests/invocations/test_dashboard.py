@@ -16,7 +16,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.cache import cache
 
-from invocations_app.console import dashboard
+from control import dashboard
 from invocations_app.models import Run
 from tests.builders import PlantedWorld
 from toolops.runtime.states import State

@@ -12,12 +12,12 @@ import threading
 import pytest
 import requests
 
-from invocations_app.executors import AttemptContext, execute
-from invocations_app.management.commands.run_console import demo_egress_allow
+from worker.executors.by_kind import AttemptContext, execute
+from devtools.management.commands.run_console import demo_egress_allow
 from tests.builders import CALENDAR_ARGS, demo_toolspec_data
 from tests.conftest import open_demo_services
-from toolops.egress_net import allow_with, operator_openers
-from toolops.runtime.execution import Commit
+from worker.egress_net import allow_with, operator_openers
+from toolops.decisions.execution import Commit
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from email.utils import format_datetime
 
 import pytest
 
-from invocations_app.executors import AttemptContext, _from_response, execute
-from invocations_app.http_client import HttpResponse
+from worker.executors.by_kind import AttemptContext, _from_response, execute
+from worker.executors.http_client import HttpResponse
 from tests.hostile_server import JSON_ERRORS
-from toolops.runtime.execution import Commit
+from toolops.decisions.execution import Commit
 
 
 def _ctx(side_effect_class="read_only", **extra) -> AttemptContext:

@@ -8,7 +8,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from invocations_app.models import ModelCall, Run
-from specs_app.demo import load_demo
+from devtools.demo import load_demo
 from specs_app.models import Subject
 from tests.builders import Agent, make_grant, make_token
 

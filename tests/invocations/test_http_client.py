@@ -11,9 +11,9 @@ import time
 import certifi
 import pytest
 
-from invocations_app.http_client import EgressPolicy, HttpRequest, TransportFailure, send
+from worker.executors.http_client import EgressPolicy, HttpRequest, TransportFailure, send
 from tests.hostile_server import TRICKLE_SHAPES, HostileServer
-from toolops.runtime.egress import EgressRefused
+from toolops.decisions.egress import EgressRefused
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import logging
 
 from tests.hostile_server import disguised_encodings
 from toolops.log_redaction import SecretRedactionFilter, install_on_handlers
-from toolops.runtime.secret_forms import encoded_variants
+from toolops.model_io.secret_forms import encoded_variants
 
 SECRET = "log-secret-9fK2mQ7xLp4Z"
 

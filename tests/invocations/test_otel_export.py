@@ -10,8 +10,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from invocations_app import admission, runs
-from invocations_app.execution import execution_claim, execution_run
-from specs_app.demo import DEMO_TOOLSPECS
+from worker.execution import execution_claim, execution_run
+from devtools.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 from tests.builders import make_grant, make_subject

@@ -11,10 +11,10 @@ import pytest
 from django.utils import timezone
 
 from invocations_app import admission, runs
-from invocations_app.execution import ABSENT_SETTLE, execution_claim, execution_run, reconcile
+from worker.execution import ABSENT_SETTLE, execution_claim, execution_run, reconcile
 from invocations_app.models import Attempt
 from tests.builders import HERE, fresh, make_calendar_spec, make_grant, make_subject
-from toolops.runtime.execution import LookupOutcome
+from toolops.decisions.execution import LookupOutcome
 from toolops.runtime.states import State
 
 pytestmark = pytest.mark.django_db

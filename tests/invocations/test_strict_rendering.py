@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from invocations_app.audit import DIGEST_NOT_REPRODUCIBLE, audit
+from audit.checks import DIGEST_NOT_REPRODUCIBLE, audit
 from invocations_app.models import Invocation
 from tests.builders import DIALECT, make_toolspec
 

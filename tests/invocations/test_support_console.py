@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, IdempotencyRecord, Invocation, ToolMessage
-from invocations_app.remote_keys import invocation_remote_key
-from invocations_app.resolutions import (
+from worker.remote_keys import invocation_remote_key
+from worker.support import (
     AlreadyResolved, SecondPersonRequired, resolution_confirm, resolution_mark_committed, resolution_mark_not_committed,
 )
 from invocations_app.runs import model_call_create, run_finish

@@ -16,7 +16,7 @@ from django.http import Http404
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
-from invocations_app.console.selectors import (
+from control.selectors import (
     confirmation_get_for_user, confirmation_pending_count, confirmations_visible_to, record_visible_to,
     unknown_outcomes_visible_to,
 )

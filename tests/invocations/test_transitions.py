@@ -10,10 +10,10 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from invocations_app import admission, runs
-from invocations_app.execution import execution_claim, execution_run
+from worker.execution import execution_claim, execution_run
 from invocations_app.models import Event, Invocation, ModelCall, Proposal, Run
 from invocations_app.transitions import TransitionConflict, event_append, invocation_transition
-from specs_app.demo import DEMO_TOOLSPECS
+from devtools.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish
 from tests.builders import make_grant, make_subject
@@ -236,8 +236,8 @@ def test_it_carries_a_read_to_observed_with_every_step_in_the_log():
 
 @pytest.mark.django_db
 def test_recording_a_success_sends_the_attempts_close_with_the_final_update_and_never_overwrites_another_close():
-    from invocations_app.execution import _close_attempt, execution_record
-    from toolops.runtime.execution import Commit, ExecutionOutcome
+    from worker.execution import _close_attempt, execution_record
+    from toolops.decisions.execution import Commit, ExecutionOutcome
 
     inv = admitted_read()
     invocation, attempt = execution_claim(invocation_id=inv.pk)

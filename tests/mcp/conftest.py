@@ -31,7 +31,7 @@ def free_port() -> int:
 
 
 class McpServer:
-    """``uvicorn toolops.mcp_asgi:app`` on a free loopback port, logging to a file."""
+    """``uvicorn mcp_server.asgi:app`` on a free loopback port, logging to a file."""
 
     def __init__(self, env: dict, log_path: Path, **overrides: str):
         self.port = free_port()
@@ -42,7 +42,7 @@ class McpServer:
     def start(self) -> "McpServer":
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "toolops.mcp_asgi:app", "--host", "127.0.0.1", "--port", str(self.port),
+            [sys.executable, "-m", "uvicorn", "mcp_server.asgi:app", "--host", "127.0.0.1", "--port", str(self.port),
              "--log-level", "warning"],
             cwd=REPO_ROOT, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
         )

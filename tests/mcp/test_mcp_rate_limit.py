@@ -10,12 +10,12 @@ import httpx2
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from invocations_app.mcp.rate_limit import RATE_LIMITED
+from mcp_server.rate_limit import RATE_LIMITED
 from invocations_app.models import Attempt, ModelCall, Proposal
 from tests.builders import forget_rate_counts
 from tests.servers import gunicorn_server
 
-from .conftest import DEMO_TOKEN, McpServer, mcp_client, modern_request
+from tests.mcp.conftest import DEMO_TOKEN, McpServer, mcp_client, modern_request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from worker.execution import claim_with_admission
 from datetime import timedelta
 
 import pytest
@@ -10,13 +11,13 @@ from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 from mcp_types import HEADER_MISMATCH
 
-from invocations_app.mcp.calls import McpRequest, _idempotency_key, mcp_status, mcp_tool_call
-from invocations_app.mcp.elicitation import SALT, confirmation_state_redeem, confirmation_state_seal
-from invocations_app.mcp.runs import RunRule, mcp_run_get_or_open
+from mcp_server.calls import McpRequest, _idempotency_key, mcp_status, mcp_tool_call
+from mcp_server.elicitation import SALT, confirmation_state_redeem, confirmation_state_seal
+from mcp_server.runs import RunRule, mcp_run_get_or_open
 from invocations_app.models import Invocation, ModelCall, Proposal, Run
 from invocations_app.admission import proposal_admit
 from invocations_app.runs import model_call_create
-from specs_app.demo import load_demo
+from devtools.demo import load_demo
 from specs_app.models import Grant, Subject
 from specs_app.selectors import toolspecs_granted_to_subject
 from tests.builders import make_subject
@@ -59,20 +60,40 @@ def test_it_opens_one_run_per_key_and_refuses_another_subjects_run(agent):
 
 def test_the_derived_key_is_run_request_and_digest_and_reads_have_none(agent):
     run = mcp_run_get_or_open(subject=agent, rule=RunRule("session", "session:s-1"), trace=None)
-    call = model_call_create(run=run, tool_refs=["calendar.create_event@1", "weather.get_forecast@1"], fmt="mcp", context=[])
-    now = timezone.now()
-    key = _idempotency_key(_request(agent, 7), run, call, "calendar-create_event_v1", CALENDAR_ARGS, now)
-    spaced = CALENDAR_ARGS.replace(b", ", b" ,  ")  # same meaning, other bytes: same digest
-    assert _idempotency_key(_request(agent, 7), run, call, "calendar-create_event_v1", spaced, now) == key
+
+    def key_of(request, name, raw):
+        outcome = mcp_tool_call(request=request, name=name, arguments_bytes=raw, arguments=json.loads(raw))
+        return Invocation.objects.get(pk=outcome.invocation_id).idempotency_key
+
+    meta = {"dev.toolops/run": str(run.pk)}
+    key = key_of(_request(agent, 7, **meta), "calendar-create_event_v1", CALENDAR_ARGS)
     assert key.startswith(f"mcp:{run.pk}:") and len(key) <= 255
-    assert _idempotency_key(_request(agent, 8), run, call, "calendar-create_event_v1", CALENDAR_ARGS, now) != key
+    spaced = CALENDAR_ARGS.replace(b", ", b" ,  ")  # same meaning, other bytes: same digest, same key
+    assert key_of(_request(agent, 7, **meta), "calendar-create_event_v1", spaced) == key
+    assert key_of(_request(agent, 8, **meta), "calendar-create_event_v1", CALENDAR_ARGS) != key
     other = CALENDAR_ARGS.replace(b'"x"', b'"y"')
-    assert _idempotency_key(_request(agent, 7), run, call, "calendar-create_event_v1", other, now) != key
-    assert _idempotency_key(_request(agent, 7), run, call, "weather-get_forecast_v1", b'{"city":"a","date":"2026-07-20"}', now) is None
-    explicit = _request(agent, 7, **{"dev.toolops/idempotencyKey": "k-1"})
-    assert _idempotency_key(explicit, run, call, "calendar-create_event_v1", CALENDAR_ARGS, now) == "k-1"
+    assert key_of(_request(agent, 9, **meta), "calendar-create_event_v1", other).split(":")[-1] != key.split(":")[-1]
+    read = key_of(_request(agent, 10, **meta), "weather-get_forecast_v1", b'{"city":"a","date":"2026-07-20"}')
+    assert not read.startswith("mcp:")  # a read claims no derived key (the row keeps its per-proposal default)
+    explicit = _request(agent, 11, **{**meta, "dev.toolops/idempotencyKey": "k-1"})
+    assert key_of(explicit, "calendar-create_event_v1", CALENDAR_ARGS.replace(b'"x"', b'"z"')) == "k-1"
     with pytest.raises(ApplicationError):
-        _idempotency_key(_request(agent, 7, **{"dev.toolops/idempotencyKey": "has space"}), run, call, "x", b"{}", now)
+        _idempotency_key(_request(agent, 7, **{"dev.toolops/idempotencyKey": "has space"}), run)
+
+
+def test_a_write_through_the_mcp_door_is_admitted_once(agent, monkeypatch):
+    """The bytes are parsed, validated, normalized and digested once per call: the derived key is
+    made from admission's own plan (before, a second admit() ran only to compute it)."""
+    import toolops.runtime.admission as pure
+    import invocations_app.admission as admission
+    calls = []
+    real = pure.admit
+    monkeypatch.setattr(admission, "admit", lambda **kw: calls.append(kw["arguments_bytes"]) or real(**kw))
+    run = mcp_run_get_or_open(subject=agent, rule=RunRule("session", "session:s-once"), trace=None)
+    outcome = mcp_tool_call(request=_request(agent, 1, **{"dev.toolops/run": str(run.pk)}), name="calendar-create_event_v1",
+                            arguments_bytes=CALENDAR_ARGS, arguments=json.loads(CALENDAR_ARGS))
+    assert calls == [CALENDAR_ARGS]
+    assert Invocation.objects.get(pk=outcome.invocation_id).idempotency_key.startswith(f"mcp:{run.pk}:")
 
 
 def test_a_sealed_state_is_refused_when_altered_foreign_or_expired(agent):
@@ -172,7 +193,7 @@ def _trail(invocation_id) -> tuple:
 
 def test_an_inline_read_is_recorded_as_a_worker_records_it_and_sends_no_worker_message(agent, settings, worker_messages):
     from invocations_app.models import ToolMessage
-    from invocations_app.tasks import _execute
+    from worker.tasks import _execute
 
     settings.TOOLOPS_MCP_INLINE_READS = True
     inline = mcp_tool_call(request=_request(agent, 1), name="weather-get_forecast_v1", arguments_bytes=WEATHER_ARGS)
@@ -209,9 +230,9 @@ def test_a_read_claimed_at_admission_by_a_process_that_then_died_is_recovered_li
     """Admission claimed the read's first attempt for the MCP process, which died before
     recording it: no worker message was sent, the open attempt's lease lapses, and recovery
     retries the read exactly as it does for a worker that died."""
-    from invocations_app.execution import stale_open_attempts
+    from worker.execution import stale_open_attempts
     from invocations_app.models import Attempt
-    from invocations_app.tasks import _execute, executions_enqueue_due_task
+    from worker.tasks import _execute, executions_enqueue_due_task
     import invocations_app.dispatch as dispatch
 
     sent = []  # what the sweep hands the broker
@@ -219,7 +240,7 @@ def test_a_read_claimed_at_admission_by_a_process_that_then_died_is_recovered_li
     run = mcp_run_get_or_open(subject=agent, rule=RunRule("session", "session:s-9"), trace=None)
     listing = model_call_create(run=run, tool_refs=["weather.get_forecast@1"], fmt="mcp", context=[])
     invocation, created = proposal_admit(model_call=listing, subject=agent, proposal_id="p-1", name="weather-get_forecast_v1",
-                                         arguments_bytes=WEATHER_ARGS, executes_reads_itself=True)
+                                         arguments_bytes=WEATHER_ARGS, claim_inline=claim_with_admission)
     assert created and invocation.state == "EXECUTING" and worker_messages == []
     stored = Invocation.objects.get(pk=invocation.pk)
     assert (stored.state, stored.attempt_count, stored.event_seq) == ("EXECUTING", 1, invocation.event_seq)
@@ -244,7 +265,7 @@ def test_an_inline_read_that_fails_on_the_way_is_answered_by_waiting_and_left_to
     finish the read."""
     from django.db import OperationalError
 
-    import invocations_app.execution as execution
+    import worker.execution as execution
     from invocations_app.models import Attempt
 
     def lost(**kwargs):

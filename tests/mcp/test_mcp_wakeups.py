@@ -1,5 +1,5 @@
 """A committed state change of an invocation wakes the front door's waiting handler (PostgreSQL
-LISTEN/NOTIFY, migrations 0012 and 0016 + ``invocations_app/mcp/wakeups.py``) instead of a polling tick."""
+LISTEN/NOTIFY, migrations 0012 and 0016 + ``mcp_server/wakeups.py``) instead of a polling tick."""
 from __future__ import annotations
 
 import time
@@ -9,7 +9,7 @@ import pytest
 from django.db import connections
 
 from invocations_app.cancellation import invocation_cancel
-from invocations_app.mcp.wakeups import Wakeups
+from mcp_server.wakeups import Wakeups
 from tests.builders import admit_proposal, make_grant, make_subject, make_toolspec
 from tests.conftest import require_postgres
 
@@ -70,7 +70,7 @@ def test_only_a_change_that_answers_something_is_announced(transactional_db):
     import psycopg
 
     from invocations_app.transitions import invocation_transition
-    from invocations_app.mcp.wakeups import CHANNEL
+    from mcp_server.wakeups import CHANNEL
 
     subject = make_subject()
     make_grant(subject=subject, tenant=subject.tenant)

@@ -8,14 +8,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from toolops.runtime.approval_policy import (
+from toolops.decisions.approval_policy import (
     POLICY_CURRENCY_MISMATCH, POLICY_CURRENCY_UNKNOWN, POLICY_TIER, ApprovalPolicy, PolicyError,
 )
-from toolops.runtime.authorization import (
+from toolops.decisions.authorization import (
     AMOUNT_CURRENCY_MISMATCH, AMOUNT_CURRENCY_UNKNOWN, AMOUNT_OVER_CALL_LIMIT, AuthContext, Effect, GrantSnapshot, Limits,
     Requirement, authorize,
 )
-from toolops.runtime.requirements import amount_currency, requirements_for
+from toolops.decisions.requirements import amount_currency, requirements_for
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 EUR_500 = {"currency": "EUR", "max_amount_per_call": 50_000}
@@ -129,7 +129,7 @@ def test_a_capability_entry_may_declare_the_currency_itself():
     assert requirements_for(declared=fixed, operation_classes=classes, arguments=arguments)[0].currency == "EUR"
     assert requirements_for(declared=pointed, operation_classes=classes, arguments=arguments)[0].currency == "GBP"
     assert requirements_for(declared=silent, operation_classes=classes, arguments=arguments)[0].currency is None
-    from toolops.runtime.requirements import RequirementError
+    from toolops.decisions.requirements import RequirementError
 
     with pytest.raises(RequirementError, match="ISO 4217"):
         requirements_for(declared=[{**fixed[0], "currency": "euro"}], operation_classes=classes, arguments=arguments)

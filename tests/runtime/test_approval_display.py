@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specs_app.demo import DEMO_TOOLSPECS
-from toolops.runtime import approval_display as words
+from devtools.demo import DEMO_TOOLSPECS
+from toolops.decisions import approval_display as words
 
 PAYMENT = next(d for d in DEMO_TOOLSPECS if d["name"] == "payments.transfer")
 CALENDAR = next(d for d in DEMO_TOOLSPECS if d["name"] == "calendar.create_event")

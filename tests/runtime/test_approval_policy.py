@@ -6,12 +6,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from toolops.runtime.approval_policy import (
+from toolops.decisions.approval_policy import (
     EDITS_ALWAYS, EDITS_UNLESS_NARROWING, POLICY_AMOUNT_UNKNOWN, POLICY_DENIED, STANDING_AMOUNT_UNKNOWN, STANDING_CALLS_USED,
     STANDING_CURRENCY_MISMATCH, STANDING_OVER_AMOUNT, STANDING_QUORUM, ApprovalPolicy, PolicyError, StandingLimits,
     edit_changes, edit_requirement, standing_failure, strictest_edit_rule,
 )
-from toolops.runtime.authorization import AuthContext, Effect, GrantSnapshot, Limits, Requirement, authorize
+from toolops.decisions.authorization import AuthContext, Effect, GrantSnapshot, Limits, Requirement, authorize
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from toolops.runtime.authorization import (
+from toolops.decisions.authorization import (
     OPERATION_CLASSES,
     AuthContext,
     Decision,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CORPORA, require_corpus
-from toolops.runtime.bfcl import (
+from toolops.model_io.bfcl import (
     BFCLConversionError,
     bfcl_function_to_spec,
     bfcl_ground_truth_call,

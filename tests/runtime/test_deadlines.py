@@ -5,9 +5,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from toolops.runtime.deadlines import DEFAULT_DEADLINE_SECONDS, TimeoutPolicy, call_deadline
-from toolops.runtime.execution import MAX_RETRY_AFTER_SECONDS, parse_retry_after
-from toolops.runtime.retry import Action, RetryPolicy, decide_retry
+from toolops.decisions.deadlines import DEFAULT_DEADLINE_SECONDS, TimeoutPolicy, call_deadline
+from toolops.decisions.execution import MAX_RETRY_AFTER_SECONDS, parse_retry_after
+from toolops.decisions.retry import Action, RetryPolicy, decide_retry
 
 NOW = datetime(2026, 7, 19, 6, 0, 0, tzinfo=timezone.utc)
 

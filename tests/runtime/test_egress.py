@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from toolops.runtime.authorization import scope_matches, url_prefix_matches
-from toolops.runtime.egress import (
+from toolops.decisions.authorization import scope_matches, url_prefix_matches
+from toolops.decisions.egress import (
     ADDRESS_DENIED, BAD_URL, SCHEME_REFUSED, EgressRefused, address_denied, check_addresses, hop_in_scope,
     openers_from_allowlist, openers_from_grants, redirect_target, target_for,
 )

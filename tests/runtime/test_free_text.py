@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from jsonschema import Draft202012Validator
 
-from toolops.runtime.free_text import FreeTextRule, looks_like_id
-from toolops.runtime.tool_messages import (
+from toolops.model_io.free_text import FreeTextRule, looks_like_id
+from toolops.model_io.tool_messages import (
     UNTRUSTED_NOTE, ResultPolicy, ToolResult, encode_result, wrap_untrusted_inline,
 )
 

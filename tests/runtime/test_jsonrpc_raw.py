@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from toolops.runtime.jsonrpc_raw import RawJSONError, member_bytes
+from toolops.model_io.jsonrpc_raw import RawJSONError, member_bytes
 
 ARGS = ("params", "arguments")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolops.runtime.media import OCTET_STREAM, binary_body, decode_text, media_type
+from toolops.model_io.media import OCTET_STREAM, binary_body, decode_text, media_type
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolops.runtime.execution import Commit, classify_status, outcome_for_status
+from toolops.decisions.execution import Commit, classify_status, outcome_for_status
 
 
 @pytest.mark.parametrize("status,kind", [

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolops.runtime.remote_keys import remote_key
+from toolops.decisions.remote_keys import remote_key
 from toolops.runtime.zones import is_iana_zone
 
 S = b"server-secret"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolops.runtime.rendering import (
+from toolops.model_io.rendering import (
     FORMATS,
     TOOL_NAME_RE,
     RenderableTool,

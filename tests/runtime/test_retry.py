@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolops.runtime.retry import (
+from toolops.decisions.retry import (
     FAILURE_CLASSES,
     SIDE_EFFECT_CLASSES,
     Action,

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.hostile_server import disguised_encodings, split_in_fields
-from toolops.runtime.secret_forms import (
+from toolops.model_io.secret_forms import (
     MIN_FUZZY_LENGTH, FoldedView, base32_cores, base64_cores, encoded_variants, secret_matcher,
 )
-from toolops.runtime.tool_messages import REDACTED, ResultPolicy, ToolResult, encode_result, redact
+from toolops.model_io.tool_messages import REDACTED, ResultPolicy, ToolResult, encode_result, redact
 
 SECRET = "demo-cal-Zq8_xK2pLm9vT4wR"
 BEARER = f"Bearer {SECRET}"

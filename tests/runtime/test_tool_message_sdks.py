@@ -22,8 +22,8 @@ from openai.types.responses import FunctionToolParam
 from openai.types.shared_params import FunctionDefinition
 from pydantic import BaseModel, TypeAdapter
 
-from toolops.runtime.rendering import SIDE_EFFECT_CLASSES, RenderableTool, render_tool
-from toolops.runtime.tool_messages import (
+from toolops.model_io.rendering import SIDE_EFFECT_CLASSES, RenderableTool, render_tool
+from toolops.model_io.tool_messages import (
     MIN_MAX_BYTES,
     EncodedResult,
     ResultPolicy,
@@ -229,7 +229,7 @@ PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256))
 
 
 def _image_case() -> EncodedResult:
-    from toolops.runtime.tool_messages import InlineImage
+    from toolops.model_io.tool_messages import InlineImage
 
     reference = {"binary": {"media_type": "image/png", "size_bytes": len(PNG), "sha256": "ab" * 32,
                             "url": "/api/v1/invocations/inv-1/binary", "expires_at": "2026-07-21T09:00:00+00:00"}}
@@ -261,7 +261,7 @@ def test_an_image_result_is_an_image_block_for_anthropic_and_mcp_and_a_reference
 
 
 def test_only_small_images_of_the_common_types_become_blocks():
-    from toolops.runtime.tool_messages import IMAGE_BLOCK_MAX_BYTES, InlineImage
+    from toolops.model_io.tool_messages import IMAGE_BLOCK_MAX_BYTES, InlineImage
 
     with pytest.raises(ValueError):
         InlineImage(media_type="image/svg+xml", data=b"<svg/>")  # text that can carry script: a reference only

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolops.runtime.tool_messages import (
+from toolops.model_io.tool_messages import (
     MIN_MAX_BYTES,
     REDACTED,
     UNTRUSTED_NOTE,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolops.runtime.tool_messages import wrap_untrusted_inline
+from toolops.model_io.tool_messages import wrap_untrusted_inline
 
 OPEN = '<untrusted_data source="tool_output">'
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 
-from toolops.runtime.webhooks import REPLAY_WINDOW_SECONDS, webhook_retry_delay, webhook_signature, webhook_signature_valid
+from toolops.decisions.webhooks import REPLAY_WINDOW_SECONDS, webhook_retry_delay, webhook_signature, webhook_signature_valid
 
 BODY = b'{"type":"confirmation.requested"}'
 

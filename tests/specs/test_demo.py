@@ -140,7 +140,7 @@ def test_it_keeps_the_admin_password_when_run_again_without_one(client):
 def test_it_replaces_an_older_demo_web_grant_with_the_tightened_url_scope(db, settings):
     """An install loaded before issue 11 holds web.read on domain suffixes (every loopback port);
     load_demo revokes that demo grant, with a GrantChange, and grants the demo pages only."""
-    from specs_app.demo import load_demo
+    from devtools.demo import load_demo
     from specs_app.models import Capability, Grant, GrantChange, Subject, Tenant
 
     settings.TOOLOPS_DEMO_SERVICES_URL = "http://127.0.0.1:8765"

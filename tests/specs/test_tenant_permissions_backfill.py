@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group, Permission
 from guardian.shortcuts import assign_perm
 
 from invocations_app.approvers import approvable_tenants
-from invocations_app.resolutions import resolvable_tenants
+from worker.support import resolvable_tenants
 from specs_app.selectors import MANAGE_TOOLSPECS
 from tests.builders import make_staff, make_tenant, make_toolspec
 

@@ -14,7 +14,7 @@ from django.test import Client
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
 
-from invocations_app.mcp.calls import McpRequest, mcp_tools_list
+from mcp_server.calls import McpRequest, mcp_tools_list
 from invocations_app.models import Invocation
 from specs_app.models import ToolSpec
 from specs_app.selectors import toolspecs_granted_to_subject, toolspecs_visible_to_subject

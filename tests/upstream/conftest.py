@@ -100,7 +100,7 @@ def published(specs) -> dict:
     from django.contrib.auth.models import User
 
     from specs_app.services import toolspec_publish
-    from specs_app.upstream import upstream_confirm_class
+    from worker.upstream_sync import upstream_confirm_class
 
     admin = User.objects.get_or_create(username="catalog-admin", defaults={"is_staff": True})[0]
     out = {}

@@ -7,11 +7,11 @@ import re
 from django.core.cache import cache
 
 from specs_app.models import ToolSpec, UpstreamTool
-from specs_app.upstream import upstream_refresh
+from worker.upstream_sync import upstream_refresh
 from tests.browser.conftest import browser, login, page  # noqa: F401 - fixtures used here
 from tests.builders import make_staff
 
-from .conftest import SECRET_REF
+from tests.upstream.conftest import SECRET_REF
 
 
 def test_an_admin_governs_an_mcp_server_in_the_browser(notes, login, live_server):

@@ -7,9 +7,9 @@ from django.core.cache import cache
 from django.urls import reverse
 
 from specs_app.models import ToolSpec, UpstreamTool
-from specs_app.upstream import upstream_import, upstream_refresh
+from worker.upstream_sync import upstream_import, upstream_refresh
 
-from .conftest import NOTES_SECRET, SECRET_REF, published
+from tests.upstream.conftest import NOTES_SECRET, SECRET_REF, published
 
 pytestmark = pytest.mark.django_db
 

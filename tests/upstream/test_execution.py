@@ -14,14 +14,14 @@ from rest_framework.test import APIClient
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Attempt, Confirmation, Event, Invocation, ResultBody, ToolMessage
 from specs_app.models import ToolSpec, UpstreamTool
-from specs_app.upstream import upstream_import, upstream_refresh
+from worker.upstream_sync import upstream_import, upstream_refresh
 from tests.builders import Agent, make_grant, make_token
 from tests.integration.conftest import remote_key_of, wait_for
 from tests.mcp.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
 from tests.runtime.test_untrusted_inline import holds_one_wrapper
-from toolops.runtime.tool_messages import wrap_untrusted_inline
+from toolops.model_io.tool_messages import wrap_untrusted_inline
 
-from .conftest import NOTES_SECRET, SECRET_REF, dumps, published
+from tests.upstream.conftest import NOTES_SECRET, SECRET_REF, dumps, published
 
 TERMINAL = ("OBSERVED", "FAILED_BEFORE_COMMIT", "OUTCOME_UNKNOWN", "AUTHORIZATION_REJECTED")
 

@@ -9,15 +9,15 @@ import tracemalloc
 
 import pytest
 
-from invocations_app import executors
-from invocations_app.execution import attempt_class
+from worker.executors import by_kind as executors
+from worker.execution import attempt_class
 from specs_app.models import UpstreamTool
-from specs_app.upstream import upstream_import, upstream_list
-from toolops.runtime.execution import Commit
+from worker.upstream_sync import upstream_import, upstream_list
+from toolops.decisions.execution import Commit
 
 from tests.invocations.test_http_client import hostile  # noqa: F401 - fixture used here
 
-from .conftest import SECRET_REF, published
+from tests.upstream.conftest import SECRET_REF, published
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 def kept_a_minute(monkeypatch):
     """Kept endpoints outlive any pause of a slow machine within a test; the sweep's own test
     sets a short time again."""
-    from toolops import mcp_client
+    from worker.executors import mcp_client
 
     monkeypatch.setattr(mcp_client, "KEPT_IDLE_SECONDS", 60.0)
 
@@ -203,7 +203,7 @@ def test_the_lookup_tool_answers_reconciliation(specs, notes):
 
 
 def test_the_credential_value_is_known_for_redaction(specs):
-    from .conftest import NOTES_SECRET
+    from tests.upstream.conftest import NOTES_SECRET
 
     # Every configured credential is redacted (a hostile remote may echo any it saw), this one too.
     assert NOTES_SECRET in executors.secret_values()
@@ -274,7 +274,7 @@ def test_a_failed_call_makes_the_next_one_list_again(specs, notes, settings):
 def test_a_check_that_began_before_a_failure_does_not_vouch_after_it():
     """Two threads of one process: one lists and sees a match while the other meets a drift or
     a failure. The match, older than the failure, must not put the entry back."""
-    from toolops import mcp_client
+    from worker.executors import mcp_client
 
     key = ("http://upstream/mcp", "10.0.0.1", "t", "a" * 64, "c")
     listed_at = time.monotonic()
@@ -308,13 +308,13 @@ def test_the_client_works_from_a_thread_whose_event_loop_is_running(notes):
 
 def _kept_connections() -> dict:
     """This process's kept upstream clients: endpoint key → the httpcore connections in its pool."""
-    from toolops import mcp_client
+    from worker.executors import mcp_client
 
     return {key: list(kept.client._transport.inner._pool.connections) for key, kept in mcp_client._UPSTREAM.kept.items()}
 
 
 def _idle_sessions() -> list:
-    from toolops import mcp_client
+    from worker.executors import mcp_client
 
     return [session for endpoint in mcp_client._UPSTREAM.kept.values() for session in endpoint.idle]
 
@@ -359,8 +359,8 @@ def test_concurrent_reads_through_one_kept_client_each_get_their_own_answer(spec
     """Six reads at once on one endpoint (the client layer itself: no database in the threads)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from specs_app.upstream import credential_headers
-    from toolops import mcp_client
+    from worker.upstream_sync import credential_headers
+    from worker.executors import mcp_client
 
     for i in range(6):
         _run(specs["notes.create"], {"title": f"note-{i}", "body": "b"}, key=f"c{i}")
@@ -380,7 +380,7 @@ def test_concurrent_reads_through_one_kept_client_each_get_their_own_answer(spec
 def test_a_refused_credential_on_a_read_is_permanent_when_the_kept_session_handshakes(specs, notes, settings):
     """A new session probes the server first (nothing known about it): that request runs in the
     session's own task, and its refusal is still this call's HTTP 401, not 'not reached'."""
-    from toolops import mcp_client
+    from worker.executors import mcp_client
 
     settings.TOOLOPS_TOOL_SECRETS = {**settings.TOOLOPS_TOOL_SECRETS, "NOTES_MCP_TOKEN": "wrong"}
     mcp_client._DISCOVERED.clear()
@@ -390,7 +390,7 @@ def test_a_refused_credential_on_a_read_is_permanent_when_the_kept_session_hands
 
 
 def test_idle_kept_sessions_and_connections_are_closed_without_another_call(specs, notes, monkeypatch):
-    from toolops import mcp_client
+    from worker.executors import mcp_client
 
     monkeypatch.setattr(mcp_client, "KEPT_IDLE_SECONDS", 0.2)
     kept = []
@@ -419,7 +419,7 @@ def test_a_legacy_session_serves_one_call_and_is_not_kept(specs, notes, monkeypa
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    from toolops import mcp_client
+    from worker.executors import mcp_client
 
     monkeypatch.setattr(mcp_client, "_client", lambda url, http: Client(
         streamable_http_client(url, http_client=http), cache=None, mode="legacy"))

@@ -13,15 +13,15 @@ import json
 
 import pytest
 
-from invocations_app import executors
-from specs_app.upstream import UpstreamUnavailable, upstream_import, upstream_list
-from toolops import mcp_client
-from toolops.runtime.execution import Commit
+from worker.executors import by_kind as executors
+from worker.upstream_sync import UpstreamUnavailable, upstream_import, upstream_list
+from worker.executors import mcp_client
+from toolops.decisions.execution import Commit
 
-from .conftest import NOTES_SECRET, SECRET_REF, published
-from .hostile_mcp import HostileMCP
-from .test_execution import govern, governed  # noqa: F401 - fixture used here
-from .test_executor_outcomes import _ctx
+from tests.upstream.conftest import NOTES_SECRET, SECRET_REF, published
+from tests.upstream.hostile_mcp import HostileMCP
+from tests.upstream.test_execution import govern, governed  # noqa: F401 - fixture used here
+from tests.upstream.test_executor_outcomes import _ctx
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,9 @@ import pytest
 from django.urls import reverse
 
 from specs_app.models import ToolSpec, UpstreamTool
-from specs_app.upstream import upstream_import, upstream_new_version, upstream_refresh
+from worker.upstream_sync import upstream_import, upstream_new_version, upstream_refresh
 
-from .conftest import NOTES_SECRET, SECRET_REF, published
+from tests.upstream.conftest import NOTES_SECRET, SECRET_REF, published
 
 pytestmark = pytest.mark.django_db
 
@@ -179,8 +179,8 @@ def test_other_tenants_alerts_never_crowd_a_tenants_out_of_its_dashboard_card(no
 
     from django.utils import timezone
 
-    from invocations_app.console.dashboard import _upstream_cards
-    from specs_app.upstream import upstream_alerts
+    from control.dashboard import _upstream_cards
+    from specs_app.upstream_reads import upstream_alerts
     from tests.builders import make_tenant
 
     acme = make_tenant(slug="acme-alerts")

@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from worker.execution import claim_with_admission
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from specs_app.models import ToolSpec, UpstreamTool
-from specs_app.upstream import upstream_import, upstream_new_version, upstream_refresh
+from worker.upstream_sync import upstream_import, upstream_new_version, upstream_refresh
 from tests.builders import Agent, make_grant, make_token
-from toolops.runtime.mcp_definitions import definition_sha256
+from toolops.model_io.mcp_definitions import definition_sha256
 
-from .conftest import SECRET_REF, published
+from tests.upstream.conftest import SECRET_REF, published
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +48,7 @@ def _propose(agent, ref: str, arguments: dict) -> dict:
 def test_it_imports_every_tool_as_a_pinned_draft(notes):
     specs = {s.upstream.upstream_name: s for s in _import(notes)}
     assert sorted(specs) == ["notes.create", "notes.delete", "notes.find_by_key", "notes.search"]
-    listed = {t["name"]: t for t in __import__("specs_app.upstream", fromlist=["x"]).upstream_list(url=notes.url, credential=SECRET_REF)}
+    listed = {t["name"]: t for t in __import__("worker.upstream_sync", fromlist=["x"]).upstream_list(url=notes.url, credential=SECRET_REF)}
     for name, spec in specs.items():
         assert spec.status == ToolSpec.Status.DRAFT and spec.name == f"team.{name}" and spec.version == 1
         assert spec.input_schema == listed[name]["inputSchema"] and spec.description == listed[name]["description"]
@@ -77,13 +78,13 @@ def test_the_command_imports_and_never_prints_the_credential(notes, capsys):
                  "--lookup", "notes.create=notes.find_by_key")
     out = capsys.readouterr().out
     assert "draft cli.notes.create@1" in out and "write_idempotent" in out
-    from .conftest import NOTES_SECRET
+    from tests.upstream.conftest import NOTES_SECRET
     assert NOTES_SECRET not in out
     assert ToolSpec.objects.filter(name__startswith="cli.", status="draft").count() == 4
 
 
 def test_it_refuses_an_upstream_without_the_credential(notes):
-    from specs_app.upstream import UpstreamUnavailable
+    from worker.upstream_sync import UpstreamUnavailable
 
     with pytest.raises(UpstreamUnavailable):
         upstream_import(url=notes.url, prefix="nocred")
@@ -246,9 +247,9 @@ def test_an_unconfirmed_read_only_claim_is_sent_and_recovered_as_a_write(notes, 
     imported tool's read-only class counts as a read only once an admin confirmed it."""
     from django.contrib.auth.models import User
 
-    from invocations_app.execution import attempt_class
+    from worker.execution import attempt_class
     from specs_app.models import ToolSpec
-    from specs_app.upstream import upstream_confirm_class
+    from worker.upstream_sync import upstream_confirm_class
 
     def sent_as(spec):
         return attempt_class(spec)[0]
@@ -276,7 +277,7 @@ def test_a_standing_approval_does_not_make_an_unconfirmed_read_only_claim_an_inl
     from django.utils import timezone
 
     from invocations_app import admission, runs
-    from invocations_app.execution import execution_claim, execution_run
+    from worker.execution import execution_claim, execution_run
     from invocations_app.models import Attempt, Invocation, StandingApproval
     from specs_app.services import toolspec_publish
     from tests.builders import make_staff
@@ -293,7 +294,7 @@ def test_a_standing_approval_does_not_make_an_unconfirmed_read_only_claim_an_inl
     notes.fault("notes.create", "commit_then_drop")
     inv, _ = admission.proposal_admit(model_call=call, subject=subject, proposal_id="c1", name=liar.ref,
                                       arguments_bytes=json.dumps({"title": "Pay rent", "body": "Dec"}).encode(),
-                                      executes_reads_itself=True)
+                                      claim_inline=claim_with_admission)
     assert inv.authorization["decision"] == "allow" and inv.state == "AUTHORIZED"  # released, not claimed inline
     assert not Attempt.objects.filter(invocation=inv).exists()
     claimed, attempt = execution_claim(invocation_id=inv.pk)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 from django.core.management import CommandError, call_command
 
-from invocations_app.console.dashboard import _upstream_cards
-from invocations_app.management.commands.run_console import demo_egress_allow
+from control.dashboard import _upstream_cards
+from devtools.management.commands.run_console import demo_egress_allow
 from specs_app.models import UpstreamTool
-from specs_app.upstream import UpstreamUnavailable, upstream_import, upstream_refresh
-from toolops.egress_net import operator_openers
+from worker.upstream_sync import UpstreamUnavailable, upstream_import, upstream_refresh
+from worker.egress_net import operator_openers
 
-from .conftest import SECRET_REF
+from tests.upstream.conftest import SECRET_REF
 
 pytestmark = pytest.mark.django_db
 

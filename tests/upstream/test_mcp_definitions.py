@@ -5,7 +5,7 @@ import hashlib
 
 import rfc8785
 
-from toolops.runtime.mcp_definitions import (
+from toolops.model_io.mcp_definitions import (
     IDEMPOTENCY_META_KEY, Watch, definition_diff, definition_sha256, proposed_class, result_value, toolops_name,
     upstream_meta, watch_next,
 )

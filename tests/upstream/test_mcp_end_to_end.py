@@ -23,10 +23,10 @@ from tests.builders import allow_approving, make_staff
 from tests.integration.conftest import remote_key_of, wait_for
 from tests.mcp.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
 from tests.mcp.test_mcp_tasks import DetailedTask, TaskHandle, TaskParams, Tasks, TasksGet
-from toolops.runtime.tool_messages import wrap_untrusted_inline
+from toolops.model_io.tool_messages import wrap_untrusted_inline
 
-from .conftest import NOTES_SECRET, dumps
-from .test_execution import governed  # noqa: F401 - fixture used here
+from tests.upstream.conftest import NOTES_SECRET, dumps
+from tests.upstream.test_execution import governed  # noqa: F401 - fixture used here
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.browser]
 

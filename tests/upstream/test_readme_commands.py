@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 from specs_app.models import Grant, GrantChange, ToolSpec
 from tests.builders import Agent, make_token
 
-from .conftest import SECRET_REF
+from tests.upstream.conftest import SECRET_REF
 
 pytestmark = pytest.mark.django_db
 

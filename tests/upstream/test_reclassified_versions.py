@@ -12,11 +12,11 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from specs_app.models import Capability, UpstreamTool
-from specs_app.upstream import imported_capability, upstream_import, upstream_new_version, upstream_refresh
+from worker.upstream_sync import imported_capability, upstream_import, upstream_new_version, upstream_refresh
 from tests.builders import make_grant
 
-from .conftest import SECRET_REF, published
-from .test_import_and_quarantine import _agent_with_grants, _propose
+from tests.upstream.conftest import SECRET_REF, published
+from tests.upstream.test_import_and_quarantine import _agent_with_grants, _propose
 
 pytestmark = pytest.mark.django_db
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from specs_app.models import UpstreamTool
-from specs_app.upstream import upstream_import
+from worker.upstream_sync import upstream_import
 from tests.integration.conftest import demo_services, module_worker, wait_for, worker, worker_env  # noqa: F401 - fixtures
 
-from .conftest import SECRET_REF, published
+from tests.upstream.conftest import SECRET_REF, published
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -15,12 +15,12 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from specs_app.models import UpstreamTool
-from specs_app.tasks import upstream_refresh_task
-from specs_app.upstream import REFRESH_TASK, upstream_import
+from worker.upstream_tasks import upstream_refresh_task
+from worker.upstream_sync import REFRESH_TASK, upstream_import
 from tests.integration.conftest import demo_services, module_worker, wait_for, worker, worker_env  # noqa: F401 - fixtures
 from tests.servers import broker_on_private_redis  # noqa: F401 - a fixture
 
-from .conftest import SECRET_REF, published
+from tests.upstream.conftest import SECRET_REF, published
 
 CHANGELIST = "admin:specs_app_upstreamtool_changelist"
 

@@ -13,14 +13,14 @@ from dataclasses import replace
 
 import pytest
 
-from invocations_app import executors
+from worker.executors import by_kind as executors
 from invocations_app.models import Attempt
 from tests.hostile_server import TRICKLE_SHAPES
-from toolops.runtime.execution import Commit
+from toolops.decisions.execution import Commit
 
-from .test_execution import govern
-from .test_executor_outcomes import _ctx
-from .test_executor_review_fixes import _run, hostile_mcp, legacy, legacy_specs  # noqa: F401 - fixtures used here
+from tests.upstream.test_execution import govern
+from tests.upstream.test_executor_outcomes import _ctx
+from tests.upstream.test_executor_review_fixes import _run, hostile_mcp, legacy, legacy_specs  # noqa: F401 - fixtures used here
 
 pytestmark = pytest.mark.django_db
 

@@ -34,7 +34,7 @@ from collections import Counter
 import pytest
 from django.core.management import call_command
 
-from invocations_app.audit import KINDS, audit
+from audit.checks import KINDS, audit
 from invocations_app.models import Confirmation, Event, Invocation
 from tests.builders import ServiceWorld
 from tests.invocations.test_audit_invariants import EXPECTED_STATES, build_mixed_workload

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .digest import CanonicalizationError, invocation_digest
-from .normalizers import NormalizationContext, NormalizationRejected, cached_rules, normalize_arguments
-from .parser import DEFAULT_LIMITS, ParseRejected, ParserLimits, parse_strict
-from .states import State
-from .strict_mode import null_to_absent
-from .validation import cached_validator
+from toolops.runtime.digest import CanonicalizationError, invocation_digest
+from toolops.runtime.normalizers import NormalizationContext, NormalizationRejected, cached_rules, normalize_arguments
+from toolops.runtime.parser import DEFAULT_LIMITS, ParseRejected, ParserLimits, parse_strict
+from toolops.runtime.states import State
+from toolops.runtime.strict_mode import null_to_absent
+from toolops.runtime.validation import cached_validator
 
 
 @dataclass(frozen=True)

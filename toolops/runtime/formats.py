@@ -20,7 +20,7 @@ import idna
 from idna.core import check_bidi, check_label
 from jsonschema import Draft202012Validator, FormatChecker
 
-from .ecma_regex import is_ecma_regex
+from toolops.runtime.ecma_regex import is_ecma_regex
 
 __all__ = [
     "ASSERTED_FORMATS", "FORMAT_CHECKER", "is_date", "is_date_time", "is_duration", "is_email",

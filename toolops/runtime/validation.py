@@ -39,8 +39,8 @@ from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import specification_with
 
-from .ecma_regex import EcmaRegexError, compile_pattern
-from .formats import ASSERTED_FORMATS, FORMAT_CHECKER
+from toolops.runtime.ecma_regex import EcmaRegexError, compile_pattern
+from toolops.runtime.formats import ASSERTED_FORMATS, FORMAT_CHECKER
 
 DIALECT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 DIALECT_2019_09 = "https://json-schema.org/draft/2019-09/schema"

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from specs_app.models import Capability, Subject, ToolSpec
 from specs_app.services import grant_create
-from toolops.runtime.rendering import ToolNameError, parse_tool_ref
+from toolops.model_io.rendering import ToolNameError, parse_tool_ref
 
 
 class Command(BaseCommand):

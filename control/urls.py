@@ -1,0 +1,17 @@
+"""The console's URLs (under ``/console/``), each page group in its own namespace."""
+from django.urls import include, path
+
+from control import confirmations
+from control import dashboard
+from control import edits
+from control import links
+from control import record
+from control import support
+from control import tokens
+
+urlpatterns = [
+    path("confirmations/", include((confirmations.urlpatterns + edits.urlpatterns + links.urlpatterns, "confirmations"))),
+    path("tokens/", include((tokens.urlpatterns, "tokens"))),  # your Approvals API tokens
+    path("", include((support.urlpatterns + record.urlpatterns, "support"))),  # unknown outcomes + the record of a call
+    path("", include((dashboard.urlpatterns, "dashboard"))),  # operations dashboard (console home)
+]

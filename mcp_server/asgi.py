@@ -1,0 +1,18 @@
+"""ASGI entry of the MCP front door: ``uvicorn mcp_server.asgi:app --host … --port …``.
+
+Its own process (not mounted in Django's ASGI app, which refuses the lifespan events the MCP
+SDK's session manager runs on). Django is set up first so the handlers can use the ORM and
+the domain services; see ``mcp_server/``.
+"""
+import os
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
+django.setup()
+
+from mcp_server.db import use_persistent_connections  # noqa: E402  (needs the apps loaded above)
+from mcp_server.server import build_app  # noqa: E402
+
+use_persistent_connections()
+app = build_app()
