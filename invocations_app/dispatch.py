@@ -8,7 +8,7 @@ caller's trace before it has read anything from the database.
 Admission never depends on the broker: the call is committed first, and a message that could
 not be published (broker down) or was lost (broker restarted empty) is sent again by the
 outbox sweep (``ready_invocations_sweep``, run by the beat): the invocation row itself is the
-outbox entry. A duplicate message is harmless — the claim (execution.py) admits one attempt
+outbox entry. A duplicate message is harmless — the claim (worker/claim.py) admits one attempt
 under the row lock, and an attempt whose lease is alive is never touched.
 """
 from __future__ import annotations

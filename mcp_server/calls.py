@@ -35,7 +35,8 @@ from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.storable import storable_text, text_problem
 from toolops.runtime.tracecontext import TraceContext, parse_traceparent
 
-from worker.execution import claim_with_admission, run_claimed_at_admission
+from worker.attempt import run_claimed_at_admission
+from worker.claim import claim_with_admission
 from invocations_app.models import Confirmation, Invocation, ModelCall, ModelCallTool, Proposal, Run, ToolMessage
 from invocations_app.tool_messages import tool_message
 from invocations_app.admission import proposal_admit

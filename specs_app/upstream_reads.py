@@ -32,7 +32,7 @@ class UpstreamGate:
 
 def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
     """None for tools that are not imported from an MCP server (no query for them). Every
-    admission of an imported tool asks, and every attempt the workers send (``execution.attempt_context``),
+    admission of an imported tool asks, and every attempt the workers send (``worker.attempt.attempt_context``),
     so it is a lean read (``db_batch.select_rows``; the queryset cost ~1 ms of CPU per call)."""
     if (spec.executor or {}).get("kind") != "mcp":
         return None

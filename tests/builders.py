@@ -33,7 +33,8 @@ from rest_framework.test import APIClient
 
 from invocations_app import admission, runs
 from invocations_app.confirmations import confirmation_approve
-from worker.execution import execution_claim, execution_run
+from worker.attempt import execution_run
+from worker.claim import execution_claim
 from invocations_app.models import Attempt, Confirmation, Invocation, ModelCall, Proposal, Run
 from devtools.demo import DEMO_TOOLSPECS
 from specs_app.models import ApiToken, Capability, Grant, PersonalToken, Subject, Tenant, ToolSpec

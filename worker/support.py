@@ -56,7 +56,9 @@ from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
 
 from worker.executors import by_kind as executors
-from worker.execution import attempt_context, attempt_timeout, execution_claim, execution_run
+from worker.attempt import attempt_context, execution_run
+from worker.claim import execution_claim
+from worker.leases import attempt_timeout
 from invocations_app.models import Event, IdempotencyRecord, Invocation, Run
 from worker.remote_keys import recorded_remote_key
 from invocations_app.results import invocation_finish_with_message

@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import logging
 from celery import shared_task
-from django.utils import timezone
 
-from toolops.runtime.states import State
 from toolops.runtime.tracecontext import parse_traceparent
 from toolops.tracelog import trace_scope
 
 from invocations_app.budgets import runs_wall_clock_sweep
 from invocations_app.confirmations import confirmations_expire_due
-from invocations_app.dispatch import EXECUTE_TASK, WEBHOOK_DELIVER_TASK, enqueue_execution, ready_invocations_sweep
+from invocations_app.dispatch import EXECUTE_TASK, WEBHOOK_DELIVER_TASK, ready_invocations_sweep
 from invocations_app.escalations import confirmations_escalate_due
-from worker.execution import attempt_lease_lapsed, claim_or_inspect, execution_run, open_attempt, reconcile, recover_abandoned, stale_open_attempts
-from invocations_app.models import Invocation
+from worker.attempt import execution_run
+from worker.leases import stale_open_attempts
+from worker.recovery import claim_for_delivery, reconcile, reconcile_due, recover_abandoned
 from invocations_app.retention import binaries_purge_expired
 from webhooks.delivery import webhook_deliveries_due, webhook_delivery_attempt
 
@@ -41,24 +40,9 @@ def invocation_execute_task(self, invocation_id: str) -> str:
 
 
 def _execute(invocation_id: str) -> str:
-    # Claim first: the usual delivery finds a ready invocation and needs no other read. Only
-    # an EXECUTING one can hold an open attempt (a due retry has closed its last one).
-    invocation, attempt = claim_or_inspect(invocation_id)
-    if invocation is None:
-        logger.warning("execute: no invocation %s (stale message)", invocation_id)
-        return "missing"
-    if attempt is None and invocation.state == State.EXECUTING:
-        stale = open_attempt(invocation)
-        if stale is not None:
-            if not attempt_lease_lapsed(stale):
-                # Its worker is alive (it renews the lease): look again once the lease could lapse.
-                wait = (stale.lease_expires_at - timezone.now()).total_seconds() if stale.lease_expires_at else 5.0
-                enqueue_execution(invocation.pk, countdown=max(1.0, wait + 1.0))
-                return "in_flight"
-            recover_abandoned(invocation=invocation, attempt=stale)
-            invocation, attempt = claim_or_inspect(invocation_id)
+    outcome, invocation, attempt = claim_for_delivery(invocation_id)
     if attempt is None:
-        return "nothing_to_do"
+        return outcome
     execution_run(invocation=invocation, attempt=attempt)
     return "ran"
 
@@ -75,12 +59,7 @@ def executions_enqueue_due_task() -> int:
 @shared_task(name="invocations.reconcile", ignore_result=True)
 def invocations_reconcile_task() -> int:
     """Periodic: look up OUTCOME_UNKNOWN write_idempotent calls whose reconciliation is due."""
-    # next_attempt_at is set on OUTCOME_UNKNOWN only for calls that reconcile by lookup.
-    due = Invocation.objects.filter(
-        state=State.OUTCOME_UNKNOWN, tool_spec__side_effect_class__in=("write_idempotent", "write_unsafe"),
-        next_attempt_at__lte=timezone.now(),
-    ).select_related("tool_spec")[:100]
-    return sum(1 for inv in due if reconcile(invocation=inv))
+    return sum(1 for inv in reconcile_due(limit=100) if reconcile(invocation=inv))
 
 
 @shared_task(name="invocations.confirmations_expire_due", ignore_result=True)

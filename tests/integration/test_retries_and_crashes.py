@@ -7,7 +7,7 @@ PostgreSQL) and the demo services over HTTP with injected faults; nothing is moc
 sent is read back from the demo services' own request log (method, path, Idempotency-Key,
 traceparent, status), what was decided from the invocation's attempts and event trace.
 
-Designed behaviour asserted here (execution.py + retry.py + runtime/execution.py):
+Designed behaviour asserted here (worker/claim.py, attempt.py, record.py, recovery.py + toolops/decisions/retry.py, execution.py):
 
 * 429 (any class) — a refusal before processing: ``rate_limited``, nothing committed, retried
   with backoff whose floor is the tool's Retry-After; a write_idempotent retry re-sends the same key.
@@ -443,7 +443,8 @@ def test_two_recoverers_of_one_abandoned_attempt_recover_it_once(demo_agent, dem
     both read the open attempt, then both recover it. The second must be a no-op."""
     from toolops.errors import ApplicationError
 
-    from worker.execution import execution_claim, open_attempt, recover_abandoned
+    from worker.claim import execution_claim, open_attempt
+    from worker.recovery import recover_abandoned
 
     inv = _propose(demo_agent, "calendar.create_event@1", CALENDAR_ARGS)
     _approve(inv["id"])  # PREPARED; no worker runs in this test, the attempt is driven here

@@ -26,7 +26,7 @@ from invocations_app import admission, cancellation
 from audit.checks import KINDS, Violation, audit, parse_since
 from invocations_app.confirmation_edits import confirmation_approve_with_edits, confirmation_preview_edit
 from invocations_app.confirmations import confirmation_approve, confirmation_deny, confirmation_expire
-from worker.execution import reconcile
+from worker.recovery import reconcile
 from invocations_app.models import Confirmation, Event, Invocation, ModelCallTool, Proposal
 from specs_app.models import Grant
 from specs_app.services import toolspec_publish

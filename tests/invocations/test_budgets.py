@@ -11,7 +11,8 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from invocations_app import admission, authorization, budgets, runs
-from worker.execution import execution_claim, execution_run
+from worker.attempt import execution_run
+from worker.claim import execution_claim
 from invocations_app.models import Invocation, Proposal, Run
 from devtools.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec

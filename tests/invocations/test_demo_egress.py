@@ -12,7 +12,8 @@ import threading
 import pytest
 import requests
 
-from worker.executors.by_kind import AttemptContext, execute
+from worker.executors.by_kind import execute
+from worker.executors.context import AttemptContext
 from devtools.management.commands.run_console import demo_egress_allow
 from tests.builders import CALENDAR_ARGS, demo_toolspec_data
 from tests.conftest import open_demo_services

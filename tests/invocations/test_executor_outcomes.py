@@ -7,7 +7,9 @@ from email.utils import format_datetime
 
 import pytest
 
-from worker.executors.by_kind import AttemptContext, _from_response, execute
+from worker.executors.by_kind import execute
+from worker.executors.context import AttemptContext
+from worker.executors.http import _from_response
 from worker.executors.http_client import HttpResponse
 from tests.hostile_server import JSON_ERRORS
 from toolops.decisions.execution import Commit

@@ -10,7 +10,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from invocations_app import admission, runs
-from worker.execution import execution_claim, execution_run
+from worker.attempt import execution_run
+from worker.claim import execution_claim
 from devtools.demo import DEMO_TOOLSPECS
 from specs_app.models import ToolSpec
 from specs_app.services import toolspec_publish

@@ -11,7 +11,9 @@ import pytest
 from django.utils import timezone
 
 from invocations_app import admission, runs
-from worker.execution import ABSENT_SETTLE, execution_claim, execution_run, reconcile
+from worker.attempt import execution_run
+from worker.claim import execution_claim
+from worker.recovery import ABSENT_SETTLE, reconcile
 from invocations_app.models import Attempt
 from tests.builders import HERE, fresh, make_calendar_spec, make_grant, make_subject
 from toolops.decisions.execution import LookupOutcome

@@ -10,7 +10,8 @@ from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from invocations_app import admission, runs
-from worker.execution import execution_claim, execution_run
+from worker.attempt import execution_run
+from worker.claim import execution_claim
 from invocations_app.models import Event, Invocation, ModelCall, Proposal, Run
 from invocations_app.transitions import TransitionConflict, event_append, invocation_transition
 from devtools.demo import DEMO_TOOLSPECS
@@ -236,7 +237,7 @@ def test_it_carries_a_read_to_observed_with_every_step_in_the_log():
 
 @pytest.mark.django_db
 def test_recording_a_success_sends_the_attempts_close_with_the_final_update_and_never_overwrites_another_close():
-    from worker.execution import _close_attempt, execution_record
+    from worker.record import _close_attempt, execution_record
     from toolops.decisions.execution import Commit, ExecutionOutcome
 
     inv = admitted_read()

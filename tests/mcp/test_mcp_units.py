@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from worker.execution import claim_with_admission
+from worker.claim import claim_with_admission
 from datetime import timedelta
 
 import pytest
@@ -230,7 +230,7 @@ def test_a_read_claimed_at_admission_by_a_process_that_then_died_is_recovered_li
     """Admission claimed the read's first attempt for the MCP process, which died before
     recording it: no worker message was sent, the open attempt's lease lapses, and recovery
     retries the read exactly as it does for a worker that died."""
-    from worker.execution import stale_open_attempts
+    from worker.leases import stale_open_attempts
     from invocations_app.models import Attempt
     from worker.tasks import _execute, executions_enqueue_due_task
     import invocations_app.dispatch as dispatch
@@ -265,13 +265,13 @@ def test_an_inline_read_that_fails_on_the_way_is_answered_by_waiting_and_left_to
     finish the read."""
     from django.db import OperationalError
 
-    import worker.execution as execution
+    import worker.attempt as attempt_step
     from invocations_app.models import Attempt
 
     def lost(**kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(execution, "execution_record", lost)
+    monkeypatch.setattr(attempt_step, "execution_record", lost)
     outcome = mcp_tool_call(request=_request(agent, 1), name="weather-get_forecast_v1", arguments_bytes=WEATHER_ARGS)
     assert outcome.result is None and outcome.wait_for == outcome.invocation_id
     assert Invocation.objects.get(pk=outcome.invocation_id).state == "EXECUTING"

@@ -10,7 +10,7 @@ import tracemalloc
 import pytest
 
 from worker.executors import by_kind as executors
-from worker.execution import attempt_class
+from worker.attempt import attempt_class
 from specs_app.models import UpstreamTool
 from worker.upstream_sync import upstream_import, upstream_list
 from toolops.decisions.execution import Commit
@@ -38,7 +38,7 @@ def specs(notes):
 
 
 def _ctx(spec, *, key="key-1", timeout=3.0):
-    """A worker attempt's context: the class and the tool's gate as ``execution.attempt_context`` reads them."""
+    """A worker attempt's context: the class and the tool's gate as ``worker.attempt.attempt_context`` reads them."""
     sent_as, gate = attempt_class(spec)
     return executors.AttemptContext(
         invocation_id="inv", tool_ref=spec.ref, side_effect_class=sent_as, upstream_gate=gate, attempt=1, idempotency_key=key,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from worker.execution import claim_with_admission
+from worker.claim import claim_with_admission
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
@@ -247,7 +247,7 @@ def test_an_unconfirmed_read_only_claim_is_sent_and_recovered_as_a_write(notes, 
     imported tool's read-only class counts as a read only once an admin confirmed it."""
     from django.contrib.auth.models import User
 
-    from worker.execution import attempt_class
+    from worker.attempt import attempt_class
     from specs_app.models import ToolSpec
     from worker.upstream_sync import upstream_confirm_class
 
@@ -277,7 +277,8 @@ def test_a_standing_approval_does_not_make_an_unconfirmed_read_only_claim_an_inl
     from django.utils import timezone
 
     from invocations_app import admission, runs
-    from worker.execution import execution_claim, execution_run
+    from worker.attempt import execution_run
+    from worker.claim import execution_claim
     from invocations_app.models import Attempt, Invocation, StandingApproval
     from specs_app.services import toolspec_publish
     from tests.builders import make_staff

@@ -49,7 +49,7 @@ from worker import egress_net
 from worker.executors import mcp_client
 from toolops.decisions.egress import EgressRefused
 from toolops.decisions.execution import Commit, ExecutionOutcome, LookupOutcome, classify_status, outcome_for_status
-from toolops.model_io.mcp_definitions import QUARANTINED, result_value, upstream_meta
+from toolops.model_io.mcp_definitions import result_value, upstream_meta
 from toolops.model_io.rendering import parse_tool_ref
 from toolops.decisions.requirements import resolve_pointer
 
@@ -83,7 +83,7 @@ def _refused(ctx, code: str, message: str, detail: dict | None = None) -> Execut
 
 def quarantine_refusal(ctx) -> ExecutionOutcome | None:
     """Refuse a quarantined tool before anything is sent, by the watch row the attempt's context
-    read (``execution.attempt_context``): admission refused it too; this catches a quarantine that
+    read (``worker.attempt.attempt_context``): admission refused it too; this catches a quarantine that
     happened while the call waited for a person or a retry. An inline read that admission claimed
     moments ago in this thread carries no gate and relies on admission's fresh read, plus the
     live pin check when that is due."""
