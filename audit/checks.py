@@ -80,6 +80,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from specs_app.models import Grant, ToolSpec
 from specs_app.selectors import capability_classes, tool_view
+from toolops.sql import pk_from_text
 from toolops.runtime.admission import ToolView, admit
 from toolops.decisions.authorization import AuthContext, GrantSnapshot, Usage, grant_failures, limit_failures
 from toolops.runtime.digest import invocation_digest
@@ -411,7 +412,7 @@ class GrantCoverage:
     def _grant(self, grant_id: str) -> dict | None:
         if grant_id not in self._grants:
             try:
-                uuid_ok = Grant._meta.pk.to_python(grant_id)
+                uuid_ok = pk_from_text(Grant, grant_id)
             except Exception:  # noqa: BLE001 - a malformed id in a record is a finding, reported below
                 uuid_ok = None
             self._grants[grant_id] = None if uuid_ok is None else Grant.objects.filter(pk=uuid_ok).values(

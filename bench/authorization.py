@@ -48,7 +48,7 @@ from django.db.models import Q  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from specs_app.models import Capability, Grant, Subject, Tenant  # noqa: E402
-from toolops import db_batch  # noqa: E402
+from toolops import sql as sql_adapter  # noqa: E402
 from specs_app.selectors import capability_classes, grant_snapshots  # noqa: E402
 from toolops.decisions.authorization import AuthContext, Effect, authorize  # noqa: E402
 from toolops.decisions.requirements import requirements_for  # noqa: E402
@@ -148,7 +148,7 @@ Statement = tuple[str, list]  # SQL with %s placeholders, and its parameters
 def sent_statements():
     """Every statement sent while inside, with its parameters, as the driver received them.
 
-    Django's cursors are seen through ``execute_wrapper``; ``toolops.db_batch`` sends its lean
+    Django's cursors are seen through ``execute_wrapper``; ``toolops.sql`` sends its lean
     reads on a server-binding psycopg cursor of its own, seen by wrapping ``execute_one``. (A
     query log holds only the SQL text, and with server-side binding that text has placeholders:
     EXPLAIN needs the parameters too.)
@@ -159,20 +159,20 @@ def sent_statements():
         seen.append((sql, list(params or ())))
         return execute(sql, params, many, context)
 
-    execute_one = getattr(db_batch, "execute_one", None)
+    execute_one = getattr(sql_adapter, "execute_one", None)
 
-    def through_db_batch(sql, params, *args, **kwargs):
+    def through_sql_adapter(sql, params, *args, **kwargs):
         seen.append((sql, list(params or ())))
         return execute_one(sql, params, *args, **kwargs)
 
     if execute_one:
-        db_batch.execute_one = through_db_batch
+        sql_adapter.execute_one = through_sql_adapter
     try:
         with connection.execute_wrapper(through_django):
             yield seen
     finally:
         if execute_one:
-            db_batch.execute_one = execute_one
+            sql_adapter.execute_one = execute_one
 
 
 def lookup_statement(world: World) -> Statement:

@@ -37,6 +37,7 @@ from django.db import connection  # noqa: E402
 from bench.bare_tasks import BARE_TABLE, bare_write_task  # noqa: E402
 from invocations_app import admission, runs  # noqa: E402
 from invocations_app.models import Invocation  # noqa: E402
+from toolops.sql import table_name  # noqa: E402
 from devtools.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
 from specs_app.services import toolspec_publish  # noqa: E402
@@ -96,7 +97,7 @@ def observed(ids: list[str]) -> int:
     # Plain SQL like bare_done: polled every millisecond, an ORM query would cost the bench
     # process several times the bare side's poll and take that CPU from the pipeline.
     with connection.cursor() as cur:
-        cur.execute(f"SELECT count(*) FROM {Invocation._meta.db_table} WHERE id = ANY(%s) AND state = 'OBSERVED'",
+        cur.execute(f"SELECT count(*) FROM {table_name(Invocation)} WHERE id = ANY(%s) AND state = 'OBSERVED'",
                     [[uuid.UUID(i) for i in ids]])
         return cur.fetchone()[0]
 

@@ -62,6 +62,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from invocations_app.admission import proposal_admit  # noqa: E402
 from invocations_app.runs import model_call_create, run_create  # noqa: E402
 from invocations_app.models import Invocation  # noqa: E402
+from toolops.sql import table_name  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant  # noqa: E402
 from specs_app.services import api_token_issue, toolspec_publish  # noqa: E402
 from worker.upstream_sync import credential_headers, upstream_confirm_class, upstream_import  # noqa: E402
@@ -165,7 +166,7 @@ def model_call(subject, spec):
 
 def observed(inv_id: str) -> bool:
     with connection.cursor() as cur:
-        cur.execute(f"SELECT state FROM {Invocation._meta.db_table} WHERE id = %s", [uuid.UUID(inv_id)])
+        cur.execute(f"SELECT state FROM {table_name(Invocation)} WHERE id = %s", [uuid.UUID(inv_id)])
         state = cur.fetchone()[0]
     if state in ("FAILED_BEFORE_COMMIT", "AUTHORIZATION_REJECTED", "OUTCOME_UNKNOWN"):
         raise SystemExit(f"invocation {inv_id} ended {state}")

@@ -61,6 +61,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from specs_app.upstream_reads import upstream_alerts
+from toolops.sql import has_field
 from toolops.runtime.states import TERMINAL, State
 
 from invocations_app.models import Attempt, Confirmation, Invocation, Run
@@ -319,7 +320,7 @@ def pending_confirmations(*, now: datetime, tenants: frozenset[int] | None = Non
 
 # Attempt has no tool column today, so the tool comes from the invocation (a join per attempt). Once
 # ``Attempt.tool_spec`` exists (see the module docstring) the tiny ToolSpec table is joined instead.
-_ATTEMPT_TOOL = "tool_spec__name" if any(f.name == "tool_spec" for f in Attempt._meta.get_fields()) else "invocation__tool_name"
+_ATTEMPT_TOOL = "tool_spec__name" if has_field(Attempt, "tool_spec") else "invocation__tool_name"
 
 
 def attempts_by_tool(*, since: datetime, step: timedelta, n: int, tenants: frozenset[int] | None = None) -> list[dict]:

@@ -24,7 +24,7 @@ from django.utils import timezone
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view
 from toolops import otel
-from toolops.db_batch import insert_rows, remember_related, select_rows
+from toolops.sql import insert_rows, remember_related, select_rows
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict
 from toolops.runtime.admission import Step, admit
 from toolops.runtime.normalizers import NormalizationContext
@@ -306,7 +306,7 @@ def record_admission(
                                         confirmation_id=confirmation_id, **auth.confirmation_fields)
         rows.append([confirmation])
     claims_key = bool(spec and spec.side_effect_class != "read_only" and auth and not auth.denied)
-    # One round trip for all rows (toolops.db_batch), atomic on its own. A write also claims its
+    # One round trip for all rows (toolops.sql), atomic on its own. A write also claims its
     # idempotency key, which needs a read, so a transaction spans both; inside a caller's
     # transaction a savepoint keeps a lost race (IntegrityError) from breaking it.
     with transaction.atomic() if claims_key or connection.in_atomic_block else nullcontext():

@@ -25,11 +25,11 @@ from __future__ import annotations
 import logging
 from decimal import Decimal
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from toolops.db_batch import execute_one
+from toolops.sql import execute_one, increment_by_pk
 from toolops.errors import BudgetExhausted
 from toolops.runtime.states import CANCELLABLE, State
 
@@ -103,14 +103,8 @@ def budget_charge_cost(*, run_id, amount: Decimal) -> None:
 
 def result_bytes_increment(*, run_id, nbytes: int) -> tuple[str, list]:
     """The UPDATE counting ``nbytes`` of stored result against the run, as ``(sql, params)``,
-    so the worker can send it with the result rows (``toolops.db_batch``)."""
-    conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself, not the per-access proxy
-    quote = conn.ops.quote_name
-    column = quote(Run._meta.get_field("result_bytes_used").column)
-    return (
-        f"UPDATE {quote(Run._meta.db_table)} SET {column} = {column} + %s WHERE {quote(Run._meta.pk.column)} = %s",
-        [int(nbytes), Run._meta.pk.get_db_prep_value(run_id, conn)],
-    )
+    so the worker can send it with the result rows (``toolops.sql``)."""
+    return increment_by_pk(Run, "result_bytes_used", run_id, nbytes)
 
 
 def attempt_refusal(run: Run, *, fresh: bool = False) -> tuple[str, str] | None:

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from toolops import otel
-from toolops.db_batch import Counted
+from toolops.sql import Counted
 from toolops.model_io.media import BinaryBody
 from toolops.model_io.secret_forms import secret_matcher
 from toolops.model_io.tool_messages import IMAGE_BLOCK_MAX_BYTES, IMAGE_BLOCK_TYPES, InlineImage, ToolResult

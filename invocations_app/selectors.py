@@ -9,7 +9,8 @@ from django.db import connection
 from django.db.models import prefetch_related_objects
 
 from specs_app.models import Subject
-from toolops.db_batch import (
+from toolops.sql import model_field
+from toolops.sql import (
     remember_related, select_instances_together, select_rows, select_rows_together, select_with_parent,
 )
 from toolops.errors import NotFound
@@ -41,7 +42,7 @@ def run_get(*, subject: Subject, run_id) -> Run:
 
 def _one_with_parent(model, parent: str, where: str, params: list, *, missing: str):
     """The one row ``where`` selects, its ``parent`` loaded, by a lean statement
-    (``toolops.db_batch.select_with_parent``, not a queryset built per request); ``NotFound``
+    (``toolops.sql.select_with_parent``, not a queryset built per request); ``NotFound``
     for no row or an id that is not one."""
     try:
         rows = select_with_parent(model, parent, where, params)
@@ -55,7 +56,7 @@ def _one_with_parent(model, parent: str, where: str, params: list, *, missing: s
 def model_call_get(*, subject: Subject, model_call_id) -> ModelCall:
     """One of the subject's model calls, its run loaded (every proposal POST reads it)."""
     return _one_with_parent(ModelCall, "run", "a.id = %s AND b.subject_id = %s",
-                            [(ModelCall._meta.pk, model_call_id), (Run._meta.get_field("subject"), subject.pk)],
+                            [(model_field(ModelCall, "pk"), model_call_id), (model_field(Run, "subject"), subject.pk)],
                             missing=f"no model call {model_call_id}")
 
 
@@ -64,7 +65,7 @@ def invocation_get(*, subject: Subject, invocation_id) -> Invocation:
     prefetched (every poll reads it). Reads only: a confirmation past its time is expired by the
     beat task, and a decision on it is refused either way."""
     invocation = _one_with_parent(Invocation, "proposal", "a.id = %s AND a.subject_id = %s",
-                                  [(Invocation._meta.pk, invocation_id), (Invocation._meta.get_field("subject"), subject.pk)],
+                                  [(model_field(Invocation, "pk"), invocation_id), (model_field(Invocation, "subject"), subject.pk)],
                                   missing=f"no invocation {invocation_id}")
     # Lean reads instead of prefetch_related's querysets (built per request; ~1 ms of CPU per
     # poll on bench/load.py), in the related managers' own order.
@@ -97,7 +98,7 @@ def invocations_wait(*, invocations: list[Invocation], seconds: float, poll: flo
 
 
 # The invocation record's reads (GET /invocations/{id} polls them): each is one indexed read of
-# one table, sent as a lean prepared statement (toolops.db_batch.select_rows) — the ORM's query
+# one table, sent as a lean prepared statement (toolops.sql.select_rows) — the ORM's query
 # building costs more CPU than the reads themselves on this path (bench/load.py); the one
 # immutable piece, the definition the model saw, is cached per process.
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from toolops.db_batch import Counted, execute_counted_then, execute_one, insert_returning_keys, insert_rows, set_clause
+from toolops.sql import Counted, execute_counted_then, execute_one, insert_returning_keys, insert_rows, update_bumping_counter
 from toolops.errors import Conflict
 from toolops.runtime.states import TERMINAL, TransitionNotAllowed, is_allowed
 
@@ -52,7 +52,7 @@ def invocation_transition(
     optionally ``span_id``): the same UPDATE reserves their seqs and one INSERT writes them with
     the transition's. ``rows`` (groups of unsaved instances) and ``statements`` (``(sql,
     params)`` needing no answer) are written only if the transition happens, in the events'
-    round trip (``toolops.db_batch``; event keys are not read back). Raises
+    round trip (``toolops.sql``; event keys are not read back). Raises
     ``TransitionNotAllowed`` for an edge outside docs/concepts/lifecycle.md and ``TransitionConflict`` when the
     invocation is no longer in ``src``. ``first``: a statement run just before the UPDATE, in
     its round trip, whatever the UPDATE finds (the attempt this transition records, closed).
@@ -125,21 +125,7 @@ def _update_returning_seq(pk, fields: dict[str, Any], *, src: str | None = None,
 
 
 def _update_sql(pk, fields: dict[str, Any], *, src: str | None, by: int, returning: bool) -> tuple[str, list]:
-    meta = Invocation._meta
-    conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: each access through the proxy costs µs
-    quote = conn.ops.quote_name
-    assignments, params = set_clause(Invocation, fields, conn)
-    seq_col = quote("event_seq")
-    assignments.append(f"{seq_col} = {seq_col} + {int(by)}")
-    sql = (
-        f"UPDATE {quote(meta.db_table)} SET {', '.join(assignments)} WHERE {quote(meta.pk.column)} = %s"
-        + (f" AND {quote('state')} = %s" if src is not None else "")
-        + (f" RETURNING {seq_col}, {quote('state')}" if returning else "")
-    )
-    params.append(meta.pk.get_db_prep_value(pk, conn))
-    if src is not None:
-        params.append(src)
-    return sql, params
+    return update_bumping_counter(Invocation, pk, fields, counter="event_seq", by=by, expected_state=src, returning=returning)
 
 
 def event_append(*, invocation: Invocation, kind: str, data: dict | None = None, actor: str = "system", span_id: str | None = None) -> Event:

@@ -21,7 +21,6 @@ from typing import Any, Callable, Iterator
 
 import mcp_types as types
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import MCP_PARAM_HEADER_PREFIX, validate_mcp_param_headers
@@ -29,7 +28,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from specs_app.models import Subject
 from specs_app.selectors import toolspecs_granted_to_subject
-from toolops.db_batch import column_converters, convert_row, execute_one
+from toolops.sql import field_max_length, state_message_and_pending_expiry
 from toolops.errors import ApplicationError, Conflict, NotFound
 from toolops.runtime.states import TERMINAL, State
 from toolops.runtime.storable import storable_text, text_problem
@@ -50,7 +49,7 @@ IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
 # Same rule as the REST API's Idempotency-Key header: 1–255 visible ASCII characters.
 _KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
 # The longest name a call may give: what the proposal's record holds (the REST API's limit too).
-NAME_MAX_CHARS = Proposal._meta.get_field("name").max_length
+NAME_MAX_CHARS = field_max_length(Proposal, "name")
 # What a record keeps of the client's own labels: its JSON-RPC request id, its tracestate.
 _REQUEST_ID_CHARS, _TRACESTATE_CHARS = 200, 512
 _PARAM_HEADER_PREFIX = MCP_PARAM_HEADER_PREFIX.lower()
@@ -270,30 +269,11 @@ def mcp_call_poll(*, subject: Subject, invocation_id) -> dict | None:
 def _answer_row(subject: Subject, invocation_id) -> tuple | None:
     """(state, stored MCP tool message, expiry of the pending confirmation) in one indexed read:
     the wait loop runs this after every wake-up, and a final call's stored message is the
-    answer. A lean prepared statement (``toolops.db_batch``): building the same queryset cost
+    answer. A lean prepared statement (``toolops.sql``): building the same queryset cost
     ~1.5 ms of CPU per status read."""
-    conn = connections[DEFAULT_DB_ALIAS]
-    sql, converters = _answer_sql(conn.alias, conn.vendor)
-    rows = execute_one(sql, ["mcp", Confirmation.Status.PENDING, Invocation._meta.pk.get_db_prep_value(invocation_id, conn),
-                             Subject._meta.pk.get_db_prep_value(subject.pk, conn)])
-    return tuple(convert_row(rows[0], converters, conn)) if rows else None
-
-
-@functools.lru_cache(maxsize=None)
-def _answer_sql(alias: str, vendor: str) -> tuple[str, list]:
-    conn = connections[alias]
-    quote = conn.ops.quote_name
-    table = {model: quote(model._meta.db_table) for model in (Invocation, ToolMessage, Confirmation)}
-    sql = (
-        f"SELECT i.state, "
-        f"(SELECT m.message_bytes FROM {table[ToolMessage]} m WHERE m.invocation_id = i.id AND m.format = %s LIMIT 1), "
-        f"(SELECT c.expires_at FROM {table[Confirmation]} c WHERE c.invocation_id = i.id AND c.state = %s "
-        f"ORDER BY c.created_at LIMIT 1) "
-        f"FROM {table[Invocation]} i WHERE i.id = %s AND i.subject_id = %s"
-    )
-    cols = [Invocation._meta.get_field("state").get_col("i"), ToolMessage._meta.get_field("message_bytes").get_col("m"),
-            Confirmation._meta.get_field("expires_at").get_col("c")]
-    return sql, column_converters(cols, conn)
+    return state_message_and_pending_expiry(Invocation, ToolMessage, Confirmation, invocation_id=invocation_id,
+                                            subject_id=subject.pk, message_format="mcp",
+                                            pending=Confirmation.Status.PENDING)
 
 
 def _answer_from_row(subject: Subject, invocation_id, row: tuple) -> dict | None:

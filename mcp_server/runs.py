@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from specs_app.models import Subject
-from toolops.db_batch import select_with_parent
+from toolops.sql import select_with_parent
 from toolops.errors import ApplicationError
 from toolops.runtime.storable import printable
 from toolops.runtime.tracecontext import TraceContext

@@ -19,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from guardian.admin import ReinforcedGuardedModelAdmin
 
+from toolops.sql import field_names
 from toolops.decisions.approval_display import limits_display as limits_in_words, policy_display as policy_in_words
 from toolops.model_io.mcp_definitions import definition_diff
 
@@ -249,7 +250,7 @@ class ToolSpecAdmin(ReinforcedGuardedModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         if obj and obj.is_published:
-            return [f.name for f in self.model._meta.fields if f.name != "input_schema"] + ["rendered_schema"]
+            return [name for name in field_names(self.model) if name != "input_schema"] + ["rendered_schema"]
         return ["status", "published_at", "retired_at", "created_by", "created_at"]
 
     def get_fields(self, request, obj=None):

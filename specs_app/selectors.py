@@ -12,7 +12,7 @@ from django.db.models.signals import post_delete, post_save
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user, get_users_with_perms
 
-from toolops.db_batch import select_rows
+from toolops.sql import permission_codenames, select_rows
 from toolops.errors import ApplicationError
 from toolops.runtime.admission import ToolView
 from toolops.decisions.approval_policy import ApprovalPolicy
@@ -60,7 +60,7 @@ def tenant_people(*, tenant: Tenant) -> QuerySet:
     """Active people of ``tenant``: users holding any of its permissions (``Tenant.Meta.permissions``)
     on it — a guardian object permission of their own or of a group — or model-wide (every
     tenant: platform staff), and superusers. Whoever may approve, resolve or see its calls is one."""
-    codenames = [codename for codename, _ in Tenant._meta.permissions]
+    codenames = permission_codenames(Tenant)
     on_tenant = get_users_with_perms(tenant, only_with_perms_in=codenames, with_group_users=True, with_superusers=True)
     model_wide = Permission.objects.filter(content_type__app_label="specs_app", content_type__model="tenant",
                                            codename__in=codenames)

@@ -15,6 +15,7 @@ from django.db.models import Max, QuerySet
 from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
+from toolops.sql import column_attnames
 from toolops.decisions.approval_policy import ApprovalPolicy, PolicyError
 from toolops.decisions.deadlines import TimeoutPolicy
 from toolops.decisions.retry import RetryPolicy
@@ -220,9 +221,9 @@ class VerifiedTokenCache:
         self._entries.clear()
 
 
-_TOKEN_FIELDS = tuple(f.attname for f in ApiToken._meta.concrete_fields)
-_SUBJECT_FIELDS = tuple(f.attname for f in Subject._meta.concrete_fields)
-_TENANT_FIELDS = tuple(f.attname for f in Tenant._meta.concrete_fields)
+_TOKEN_FIELDS = column_attnames(ApiToken)
+_SUBJECT_FIELDS = column_attnames(Subject)
+_TENANT_FIELDS = column_attnames(Tenant)
 verified_tokens = VerifiedTokenCache()
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.db.models import F, Q
 
-from toolops.db_batch import select_rows
+from toolops.sql import select_rows
 from toolops.model_io.mcp_definitions import QUARANTINED
 
 from specs_app.models import ToolSpec, UpstreamTool
@@ -33,7 +33,7 @@ class UpstreamGate:
 def upstream_gate(*, spec: ToolSpec) -> UpstreamGate | None:
     """None for tools that are not imported from an MCP server (no query for them). Every
     admission of an imported tool asks, and every attempt the workers send (``worker.attempt.attempt_context``),
-    so it is a lean read (``db_batch.select_rows``; the queryset cost ~1 ms of CPU per call)."""
+    so it is a lean read (``sql.select_rows``; the queryset cost ~1 ms of CPU per call)."""
     if (spec.executor or {}).get("kind") != "mcp":
         return None
     rows = select_rows(UpstreamTool, ["state", "class_confirmed"], "tool_spec_id = %s LIMIT 1", [("tool_spec", spec.pk)])

@@ -49,7 +49,7 @@ API_PREFIX = "/api/"
 # request may succeed later, so the client gets 503 + Retry-After, never a 500.
 OUTAGE_ERRORS = (
     OperationalError, InterfaceError,  # Django's wrappers (a pool timeout arrives as OperationalError)
-    psycopg.OperationalError, psycopg.InterfaceError,  # raw driver errors (toolops.db_batch, the pool)
+    psycopg.OperationalError, psycopg.InterfaceError,  # raw driver errors (toolops.sql, the pool)
     BrokerOperationalError,  # kombu: publishing to the Celery broker failed
     redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,  # grant counters, caches
 )

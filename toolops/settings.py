@@ -164,7 +164,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
          "transaction_mode": "IMMEDIATE"}
     )
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # Django's cursors bind on the client and never prepare; toolops.db_batch sends its hot
+    # Django's cursors bind on the client and never prepare; toolops.sql sends its hot
     # INSERT/UPDATE lists as prepared statements, which psycopg allows only when a threshold
     # is set. DB_PREPARE_THRESHOLD=off for a pooler that cannot keep prepared statements
     # (PgBouncer in transaction mode before 1.21): the same SQL then runs unprepared.
@@ -396,7 +396,7 @@ LOGGING = {
     "filters": {"trace": {"()": "toolops.tracelog.TraceIdFilter"},
                 # Tool credentials never reach a log line, in any encoding (toolops/log_redaction.py).
                 "secrets": {"()": "toolops.log_redaction.SecretRedactionFilter"},
-                "pipeline_echo": {"()": "toolops.db_batch.PipelineAbortedEcho"}},
+                "pipeline_echo": {"()": "toolops.sql.PipelineAbortedEcho"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"}
     },

@@ -17,7 +17,7 @@ from invocations_app.results import invocation_finish_with_message
 from invocations_app.tool_messages import result_policy
 from specs_app.models import ToolSpec
 from specs_app.upstream_reads import UpstreamGate, upstream_gate
-from toolops.db_batch import update_by_pk
+from toolops.sql import update_by_pk
 from toolops.decisions.execution import Commit, ExecutionOutcome
 from toolops.runtime.digest import CanonicalizationError, invocation_digest
 from toolops.runtime.states import State

@@ -6,18 +6,17 @@ attempt in its own round trip (``claim_with_admission``, passed in by the MCP fr
 """
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from invocations_app.models import Attempt, Confirmation, Event, Invocation, Proposal, Run
 from invocations_app.transitions import event_append, invocation_transition, transition_in_batch
 from specs_app.models import Tenant, ToolSpec
-from toolops.db_batch import column_converters, convert_row, execute_one, insert_returning_keys
+from toolops.sql import insert_returning_keys, select_locked_with_related
 from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
 from worker.leases import ABANDON_GRACE, WORKER, attempt_timeout
@@ -62,52 +61,9 @@ def _confirmations(inv: Invocation) -> list[Confirmation]:
 _CLAIM_RELATED = (("tool_spec", ToolSpec), ("run", Run), ("proposal", Proposal), ("tenant", Tenant))
 
 
-@functools.lru_cache(maxsize=None)
-def _locked_read_plan(vendor: str, alias: str):
-    """The claim read's SQL, and per model its fields and their converters, built once.
-
-    The same statement as ``select_for_update(of=("self",)).select_related(...)``, written out
-    because compiling that four-model query costs more CPU than all the rest of the claim.
-    """
-    conn = connections[alias]
-    quote = conn.ops.quote_name
-    tables = [("i", Invocation, None)] + [(f"r{n}", model, name) for n, (name, model) in enumerate(_CLAIM_RELATED)]
-    columns, joins, plan = [], [], []
-    for table, model, name in tables:
-        fields = model._meta.concrete_fields
-        columns += [f"{table}.{quote(f.column)}" for f in fields]
-        plan.append((model, name, column_converters([f.get_col(table) for f in fields], conn)))
-        if name:
-            fk = Invocation._meta.get_field(name)
-            joins.append(f"{'LEFT ' if fk.null else ''}JOIN {quote(model._meta.db_table)} {table} "
-                         f"ON {table}.{quote(model._meta.pk.column)} = i.{quote(fk.column)}")
-    sql = (f"SELECT {', '.join(columns)} FROM {quote(Invocation._meta.db_table)} i {' '.join(joins)} "
-           f"WHERE i.{quote(Invocation._meta.pk.column)} = %s")
-    if conn.features.has_select_for_update_of:
-        sql += " FOR UPDATE OF i"
-    elif conn.features.has_select_for_update:
-        sql += " FOR UPDATE"
-    return sql, plan
-
-
 def _locked_read(invocation_id) -> Invocation | None:
-    """The invocation, row-locked, with its spec, run and proposal attached; None if absent."""
-    conn = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: each access through the proxy costs µs
-    sql, plan = _locked_read_plan(conn.vendor, conn.alias)
-    rows = execute_one(sql, [Invocation._meta.pk.get_db_prep_value(invocation_id, conn)])
-    if not rows:
-        return None
-    row = rows[0]
-    inv, start = None, 0
-    for model, name, fields in plan:
-        values = convert_row(row[start:start + len(fields)], fields, conn)
-        start += len(fields)
-        obj = None if values[0] is None else model.from_db(conn.alias, None, values)
-        if name is None:
-            inv = obj
-        else:
-            setattr(inv, name, obj)  # cached as if select_related had loaded it
-    return inv
+    """The invocation, row-locked, with its spec, run, proposal and tenant attached; None if absent."""
+    return select_locked_with_related(Invocation, _CLAIM_RELATED, invocation_id)
 
 
 def execution_claim(*, invocation_id, resend: bool = False) -> tuple[Invocation, Attempt] | None:

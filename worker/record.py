@@ -21,7 +21,7 @@ from invocations_app.tool_messages import redacted
 from invocations_app.transitions import event_append, invocation_transition
 from specs_app.models import ToolSpec
 from toolops import otel
-from toolops.db_batch import Counted, execute_counted, update_by_pk_counted
+from toolops.sql import Counted, execute_counted, update_by_pk_counted
 from toolops.decisions.execution import Commit, ExecutionOutcome
 from toolops.decisions.retry import Action, RetryPolicy, decide_retry
 from toolops.runtime.states import State

@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from worker import egress_net
 from worker.executors import mcp_client
+from toolops.sql import field_max_length
 from toolops.celery import BROKER_ERRORS, app as celery_app
 from toolops.decisions.egress import EgressRefused
 from toolops.model_io.mcp_definitions import (
@@ -184,10 +185,9 @@ def _import_one(*, url, prefix, tool, credential, lookup, user, tenant) -> ToolS
     name = toolops_name(prefix, tool["name"])
     validate_tool_name(name)
     # The name also names its capability, with room for a ":class" suffix (``imported_capability``).
-    longest_name = min(ToolSpec._meta.get_field("name").max_length,
-                       Capability._meta.get_field("name").max_length - CLASS_SUFFIX_MAX)
+    longest_name = min(field_max_length(ToolSpec, "name"), field_max_length(Capability, "name") - CLASS_SUFFIX_MAX)
     for value, limit in ((name, longest_name),
-                         (tool["name"], UpstreamTool._meta.get_field("upstream_name").max_length)):
+                         (tool["name"], field_max_length(UpstreamTool, "upstream_name"))):
         if len(value) > limit:
             raise ValidationError(f"the name {value[:40]}… is longer than {limit} characters")
     if scrubbed_definition(governed_definition(tool))[1]:
@@ -234,7 +234,7 @@ def imported_capability(*, name: str, operation_class: str, description: str) ->
     """
     first = Capability.objects.filter(name=name).first()
     wanted = name if first is None or first.operation_class == operation_class else f"{name}:{operation_class}"
-    if len(wanted) > Capability._meta.get_field("name").max_length:  # imported before names were checked for it
+    if len(wanted) > field_max_length(Capability, "name"):  # imported before names were checked for it
         raise ValidationError(f"the capability name {wanted[:40]}… is too long: re-import under a shorter prefix")
     capability, _ = Capability.objects.get_or_create(
         name=wanted, defaults={"operation_class": operation_class, "description": description})

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 
 FORECAST = json.dumps({"city": "Paris", "date": "2026-07-20"})
 # Per database vendor: PostgreSQL sends admission's rows in one pipelined statement; SQLite runs
-# them one by one (toolops/db_batch.py), so its counts are higher for the same work.
+# them one by one (toolops/sql.py), so its counts are higher for the same work.
 POST_QUERIES = {"postgresql": 4, "sqlite": 6}
 POST_WITH_CONFIRMATION_QUERIES = {"postgresql": 7, "sqlite": 10}
 # A poll on PostgreSQL: the invocation, then its attempts and confirmations in one pipeline, then

@@ -215,7 +215,7 @@ def test_it_carries_a_read_to_observed_with_every_step_in_the_log():
     with CaptureQueriesContext(connection) as queries:
         invocation, attempt = execution_claim(invocation_id=inv.pk)
         execution_run(invocation=invocation, attempt=attempt)
-    # Statements, not round trips: some travel together as one statement list (toolops.db_batch).
+    # Statements, not round trips: some travel together as one statement list (toolops.sql).
     statements = [s.strip() for q in queries.captured_queries for s in q["sql"].split(";\n")]
     writes = [s for s in statements if s.split()[0].upper() in ("INSERT", "UPDATE")]
     assert len(writes) == WORKER_WRITES, writes

@@ -52,6 +52,7 @@ from devtools.demo import DEMO_GRANTS, DEMO_TOOLSPECS
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec
 from specs_app.services import toolspec_publish
 from toolops.db_guards import birth_guard_suspended
+from toolops.sql import column_names, quoted, table_name
 from toolops.runtime.states import TERMINAL, State, is_allowed
 
 S = State
@@ -366,7 +367,7 @@ class Command(BaseCommand):
             t0 = time.perf_counter()
             with connection.cursor() as cur:  # visibility map (index-only scans) + planner statistics
                 for model in (Run, ModelCall, ModelCallTool, Proposal, Invocation, Event, Attempt, Confirmation):
-                    cur.execute(f"VACUUM (ANALYZE) {model._meta.db_table}")
+                    cur.execute(f"VACUUM (ANALYZE) {table_name(model)}")
             self.stdout.write(f"VACUUM ANALYZE: {time.perf_counter() - t0:.0f} s")
 
     def _fixtures(self):
@@ -404,13 +405,13 @@ def _default_columns(model, given: tuple[str, ...]) -> tuple[list[str], tuple]:
     Keeps the loader working when someone adds a column with a default.
     """
     extra_cols, extra_vals = [], []
-    for f in model._meta.concrete_fields:
-        if f.column in given or f.primary_key and f.get_internal_type() == "BigAutoField":
+    for column, f in column_names(model):
+        if column in given or f.primary_key and f.get_internal_type() == "BigAutoField":
             continue
         if not f.has_default() and not f.null:
-            raise CommandError(f"load_bulk does not know how to fill {model._meta.db_table}.{f.column}")
+            raise CommandError(f"load_bulk does not know how to fill {table_name(model)}.{column}")
         value = f.get_default() if f.has_default() else None
-        extra_cols.append(f.column)
+        extra_cols.append(column)
         extra_vals.append(f.get_db_prep_save(value, connection) if value is not None else None)
     return extra_cols, tuple(_plain(v) for v in extra_vals)
 
@@ -450,7 +451,7 @@ class _BatchWriter:
             ("events", Event, self.EVENT_COLS), ("attempts", Attempt, self.ATTEMPT_COLS), ("confirmations", Confirmation, self.CONF_COLS),
         ):
             extra_cols, extra_vals = _default_columns(model, cols)
-            self.tables[key] = (model._meta.db_table, list(cols) + extra_cols, extra_vals)
+            self.tables[key] = (table_name(model), list(cols) + extra_cols, extra_vals)
         self.parser_json = J({"name": "toolops.strict_json", "version": 1, "max_bytes": 1048576, "max_depth": 64})
         self.norm_ctx = J({"clock": None, "timezone": "UTC", "locale": "en-US", "normalizers_version": 1})
         self.runs_written: set[int] = set()
@@ -604,7 +605,7 @@ class _BatchWriter:
                     if not rows[key]:
                         continue
                     table, cols, extra = self.tables[key]
-                    with cur.copy(f"COPY {table} ({', '.join(connection.ops.quote_name(c) for c in cols)}) FROM STDIN") as copy:
+                    with cur.copy(f"COPY {table} ({', '.join(quoted(c) for c in cols)}) FROM STDIN") as copy:
                         if extra:
                             for row in rows[key]:
                                 copy.write_row(row + extra)

@@ -408,3 +408,161 @@ def _converters(model, columns: tuple[str, ...], alias: str, vendor: str) -> lis
     # Converters keep no state: each call is handed the current connection.
     meta = model._meta
     return column_converters([meta.get_field(name).get_col(meta.db_table) for name in columns], connections[alias])
+
+
+# --- named statements: the hand-built SQL of the services and front doors lives here ------------
+# Each has a test on PostgreSQL and on SQLite (tests/specs/test_sql_statements.py).
+
+def increment_by_pk(model: type[models.Model], field_name: str, pk, amount: int,
+                    using: str = "default") -> tuple[str, list]:
+    """``UPDATE … SET field = field + amount WHERE pk = …`` as ``(sql, params)``, to be sent in
+    another statement's round trip (the worker counts a result's bytes against its run so)."""
+    connection = connections[using]
+    quote = connection.ops.quote_name
+    column = quote(model._meta.get_field(field_name).column)
+    return (f"UPDATE {quote(model._meta.db_table)} SET {column} = {column} + %s WHERE {quote(model._meta.pk.column)} = %s",
+            [int(amount), model._meta.pk.get_db_prep_value(pk, connection)])
+
+
+def update_bumping_counter(model: type[models.Model], pk, fields: dict, *, counter: str, by: int,
+                           state_field: str = "state", expected_state: str | None = None,
+                           returning: bool = True, using: str = "default") -> tuple[str, list]:
+    """``UPDATE … SET fields, counter = counter + by WHERE pk = … [AND state = expected]
+    [RETURNING counter, state]`` as ``(sql, params)``: the transitions kernel's one statement,
+    because the ORM's ``update()`` cannot return the bumped counter (a second read would cost a
+    round trip on the hottest path). Values are prepared by each field, as ``update()`` does."""
+    connection = connections[using]  # the wrapper itself: each access through the proxy costs µs
+    quote = connection.ops.quote_name
+    assignments, params = set_clause(model, fields, connection)
+    counter_col, state_col = quote(counter), quote(state_field)
+    assignments.append(f"{counter_col} = {counter_col} + {int(by)}")
+    sql = (f"UPDATE {quote(model._meta.db_table)} SET {', '.join(assignments)} WHERE {quote(model._meta.pk.column)} = %s"
+           + (f" AND {state_col} = %s" if expected_state is not None else "")
+           + (f" RETURNING {counter_col}, {state_col}" if returning else ""))
+    params.append(model._meta.pk.get_db_prep_value(pk, connection))
+    if expected_state is not None:
+        params.append(expected_state)
+    return sql, params
+
+
+@functools.lru_cache(maxsize=None)
+def _locked_read_plan(model: type[models.Model], related: tuple, alias: str, vendor: str):
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    tables = [("i", model, None)] + [(f"r{n}", rel_model, name) for n, (name, rel_model) in enumerate(related)]
+    columns, joins, plan = [], [], []
+    for table, table_model, name in tables:
+        fields = table_model._meta.concrete_fields
+        columns += [f"{table}.{quote(f.column)}" for f in fields]
+        plan.append((table_model, name, column_converters([f.get_col(table) for f in fields], connection)))
+        if name:
+            fk = model._meta.get_field(name)
+            joins.append(f"{'LEFT ' if fk.null else ''}JOIN {quote(table_model._meta.db_table)} {table} "
+                         f"ON {table}.{quote(table_model._meta.pk.column)} = i.{quote(fk.column)}")
+    sql = (f"SELECT {', '.join(columns)} FROM {quote(model._meta.db_table)} i {' '.join(joins)} "
+           f"WHERE i.{quote(model._meta.pk.column)} = %s")
+    if connection.features.has_select_for_update_of:
+        sql += " FOR UPDATE OF i"
+    elif connection.features.has_select_for_update:
+        sql += " FOR UPDATE"
+    return sql, plan
+
+
+def select_locked_with_related(model: type[models.Model], related: tuple[tuple[str, type[models.Model]], ...], pk,
+                               using: str = "default") -> models.Model | None:
+    """The row, locked (``FOR UPDATE OF`` it alone), with its ``related`` foreign keys attached as
+    ``select_related`` would; None if absent. The same statement as
+    ``select_for_update(of=("self",)).select_related(...)``, written out (and built once) because
+    compiling that four-model query cost more CPU than all the rest of the worker's claim."""
+    connection = connections[using]
+    sql, plan = _locked_read_plan(model, related, connection.alias, connection.vendor)
+    rows = execute_one(sql, [model._meta.pk.get_db_prep_value(pk, connection)], using=using)
+    if not rows:
+        return None
+    row, obj, start = rows[0], None, 0
+    for table_model, name, converters in plan:
+        values = convert_row(row[start:start + len(converters)], converters, connection)
+        start += len(converters)
+        loaded = None if values[0] is None else table_model.from_db(connection.alias, None, values)
+        if name is None:
+            obj = loaded
+        else:
+            setattr(obj, name, loaded)  # cached as if select_related had loaded it
+    return obj
+
+
+@functools.lru_cache(maxsize=None)
+def _state_message_expiry_plan(invocations, messages, confirmations, alias: str, vendor: str):
+    connection = connections[alias]
+    quote = connection.ops.quote_name
+    sql = (
+        f"SELECT i.state, "
+        f"(SELECT m.message_bytes FROM {quote(messages._meta.db_table)} m WHERE m.invocation_id = i.id AND m.format = %s LIMIT 1), "
+        f"(SELECT c.expires_at FROM {quote(confirmations._meta.db_table)} c WHERE c.invocation_id = i.id AND c.state = %s "
+        f"ORDER BY c.created_at LIMIT 1) "
+        f"FROM {quote(invocations._meta.db_table)} i WHERE i.id = %s AND i.subject_id = %s"
+    )
+    cols = [invocations._meta.get_field("state").get_col("i"), messages._meta.get_field("message_bytes").get_col("m"),
+            confirmations._meta.get_field("expires_at").get_col("c")]
+    return sql, column_converters(cols, connection)
+
+
+def state_message_and_pending_expiry(invocations, messages, confirmations, *, invocation_id, subject_id,
+                                     message_format: str, pending: str, using: str = "default") -> tuple | None:
+    """``(state, stored tool message in message_format, expiry of the oldest pending
+    confirmation)`` of one of a subject's invocations, in one indexed read (the MCP front door's
+    wait loop runs it after every wake-up; the same queryset cost ~1.5 ms of CPU); None if absent."""
+    connection = connections[using]
+    sql, converters = _state_message_expiry_plan(invocations, messages, confirmations, connection.alias, connection.vendor)
+    rows = execute_one(sql, [message_format, pending, invocations._meta.pk.get_db_prep_value(invocation_id, connection),
+                             invocations._meta.get_field("subject").target_field.get_db_prep_value(subject_id, connection)],
+                     using=using)
+    return tuple(convert_row(rows[0], converters, connection)) if rows else None
+
+
+# --- storage facts the services need, so none of them reads Django's private model API -----------
+
+def model_field(model: type[models.Model], name: str) -> models.Field:
+    """A model's field by name (``"pk"``: its primary key), e.g. to prepare a ``select_rows`` parameter."""
+    return model._meta.pk if name == "pk" else model._meta.get_field(name)
+
+
+def field_max_length(model: type[models.Model], name: str) -> int | None:
+    return model._meta.get_field(name).max_length
+
+
+def column_attnames(model: type[models.Model]) -> tuple[str, ...]:
+    """The attribute names of the model's columns, in table order (a lean read's column list)."""
+    return tuple(f.attname for f in model._meta.concrete_fields)
+
+
+def field_names(model: type[models.Model]) -> list[str]:
+    return [f.name for f in model._meta.fields]
+
+
+def has_field(model: type[models.Model], name: str) -> bool:
+    return any(f.name == name for f in model._meta.get_fields())
+
+
+def pk_from_text(model: type[models.Model], value):
+    """The value as the model's primary key type (raises ``ValidationError`` when it is not one)."""
+    return model._meta.pk.to_python(value)
+
+
+def permission_codenames(model: type[models.Model]) -> list[str]:
+    """The object permissions a model declares (``Meta.permissions``)."""
+    return [codename for codename, _ in model._meta.permissions]
+
+
+def table_name(model: type[models.Model], using: str = "default") -> str:
+    """The model's table, quoted for the database (maintenance statements such as VACUUM, COPY)."""
+    return connections[using].ops.quote_name(model._meta.db_table)
+
+
+def quoted(name: str, using: str = "default") -> str:
+    return connections[using].ops.quote_name(name)
+
+
+def column_names(model: type[models.Model]) -> list[tuple[str, models.Field]]:
+    """``(column, field)`` of the model's concrete fields, in table order (bulk loaders)."""
+    return [(f.column, f) for f in model._meta.concrete_fields]

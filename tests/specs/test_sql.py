@@ -1,4 +1,4 @@
-"""toolops.db_batch: lean inserts and reads must store and return exactly what the ORM would."""
+"""toolops.sql: lean inserts and reads must store and return exactly what the ORM would."""
 from __future__ import annotations
 
 import time
@@ -15,7 +15,7 @@ from specs_app.models import Grant, Subject, Tenant
 from specs_app.selectors import grant_snapshots
 from tests.builders import make_capability, make_grant, make_subject
 from tests.conftest import require_postgres
-from toolops.db_batch import (PipelineAbortedEcho, execute_counted_then, insert_rows, select_rows, select_with_parent,
+from toolops.sql import (PipelineAbortedEcho, execute_counted_then, insert_rows, select_rows, select_with_parent,
                               update_by_pk_counted)
 
 pytestmark = pytest.mark.django_db(transaction=True)
