@@ -29,6 +29,7 @@ from invocations_app.standing_approvals import (
 )
 from control.formatting import pretty, time_left
 from control.params import queue_filters
+from control.queues import queue_page
 from control.selectors import (
     confirmation_detail_events, confirmation_get_for_user, confirmation_pending_count, confirmation_queue_list,
     console_filter_choices, standing_approval_get_for_user, standing_approvals_for,
@@ -48,23 +49,22 @@ def _annotate(confirmations: list[Confirmation], now: datetime) -> list[Confirma
 
 @require_GET
 def queue_view(request: HttpRequest) -> HttpResponse:
-    tool, tenant = queue_filters(request)
-    queue = confirmation_queue_list(user=request.user, tool=tool, tenant=tenant)
-    tools, tenants = console_filter_choices(user=request.user)
-    now = timezone.now()
-    count_url = reverse("confirmations:count") + (f"?{request.GET.urlencode()}" if request.GET else "")
-    context = {
-        **admin.site.each_context(request),
-        "title": "Confirmation queue",
-        "pending": _annotate(queue.pending, now),
-        "decided": _annotate(queue.decided, now),
-        "oldest_waiting": queue.pending[0].created_at if queue.pending else None,
-        "next_expiry": queue.next_expiry,
-        "pending_total": queue.pending_total,
-        "tools": tools, "tenants": tenants, "selected_tool": tool, "selected_tenant": tenant,
-        "count_url": count_url, "filtered": tool is not None or tenant is not None,
-    }
-    return TemplateResponse(request, "admin/confirmations/queue.html", context)
+    def rows(tool, tenant) -> dict:
+        queue = confirmation_queue_list(user=request.user, tool=tool, tenant=tenant)
+        now = timezone.now()
+        return {
+            "pending": _annotate(queue.pending, now),
+            "decided": _annotate(queue.decided, now),
+            "oldest_waiting": queue.pending[0].created_at if queue.pending else None,
+            "next_expiry": queue.next_expiry,
+            "pending_total": queue.pending_total,
+            "count_url": reverse("confirmations:count") + (f"?{request.GET.urlencode()}" if request.GET else ""),
+        }
+
+    return queue_page(request, template="admin/confirmations/queue.html", title="Confirmation queue",
+                      heading="Confirmation queue", badge_label="pending", clear_url_name="confirmations:queue",
+                      filters_hint="You see the tools you may approve. Counts refresh every 5 s.",
+                      filter_choices=console_filter_choices, rows=rows)
 
 
 @require_GET

@@ -10,7 +10,6 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -25,7 +24,7 @@ from worker.support import (
     resolution_reject, resolution_resend,
 )
 from control.formatting import age, history_lines, lookup_answer_text, render_arguments
-from control.params import queue_filters
+from control.queues import queue_page
 from control.selectors import unknown_filter_choices, unknown_outcome_count, unknown_outcome_get_for_user, unknown_outcome_queue_list
 
 
@@ -52,20 +51,17 @@ def _annotate_row(inv: Invocation, now, user) -> Invocation:
 
 @require_GET
 def queue_view(request: HttpRequest) -> HttpResponse:
-    tool, tenant = queue_filters(request)
-    now = timezone.now()
-    rows = [_annotate_row(inv, now, request.user) for inv in unknown_outcome_queue_list(user=request.user, tool=tool, tenant=tenant)]
-    tools, tenants = unknown_filter_choices(user=request.user)
-    context = {
-        **admin.site.each_context(request),
-        "title": "Unknown-outcome queue",
-        "rows": rows,
-        "oldest": age(rows[0].created_at, now) if rows else "",
-        "awaiting_second": sum(1 for r in rows if r.pending),
-        "tools": tools, "tenants": tenants, "selected_tool": tool, "selected_tenant": tenant,
-        "filtered": tool is not None or tenant is not None,
-    }
-    return TemplateResponse(request, "admin/support/unknown_queue.html", context)
+    def rows(tool, tenant) -> dict:
+        now = timezone.now()
+        found = unknown_outcome_queue_list(user=request.user, tool=tool, tenant=tenant)
+        annotated = [_annotate_row(inv, now, request.user) for inv in found]
+        return {"rows": annotated, "oldest": age(annotated[0].created_at, now) if annotated else "",
+                "awaiting_second": sum(1 for r in annotated if r.pending)}
+
+    return queue_page(request, template="admin/support/unknown_queue.html", title="Unknown-outcome queue",
+                      heading="Unknown outcomes", badge_label="to resolve", clear_url_name="support:unknown_queue",
+                      filters_hint="A timeout is not evidence that nothing happened: look it up, or mark it with evidence.",
+                      filter_choices=unknown_filter_choices, rows=rows)
 
 
 @require_GET

@@ -5,7 +5,7 @@ so no listener is woken for it (a waiter still re-reads at least every ``FALLBAC
 An inline read then costs one notification instead of two. Other databases: nothing.
 
 The states are written out here, as a migration must keep its meaning;
-``tests/mcp/test_mcp_wakeups.py`` checks they are the state table's."""
+``tests/mcp_server/test_mcp_wakeups.py`` checks they are the state table's."""
 from django.db import migrations
 
 TABLE = "invocations_app_invocation"

@@ -14,7 +14,7 @@ from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import event_append
 from tests.builders import allow_approving, allow_resolving, CALENDAR_ARGS, PASSWORD, make_demo_spec, make_staff
 from tests.conftest import REPO_ROOT
-from tests.invocations.test_support_console import (
+from tests.control.test_support_console import (
     PAYMENT_ARGS, make_finance_agent, make_planner, make_unknown, open_but_nobody_listens,
 )
 

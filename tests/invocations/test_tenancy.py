@@ -27,7 +27,7 @@ from tests.builders import (
     CALENDAR_ARGS, Agent, admit_proposal, allow_approving, allow_resolving, make_demo_spec, make_grant, make_staff,
     make_subject, make_tenant,
 )
-from tests.invocations.test_support_console import PAYMENT_ARGS, client_for, make_finance_agent, make_unknown
+from tests.control.test_support_console import PAYMENT_ARGS, client_for, make_finance_agent, make_unknown
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from specs_app.models import ToolSpec, UpstreamTool
 from worker.upstream_sync import upstream_import, upstream_refresh
 from tests.builders import Agent, make_grant, make_token
 from tests.integration.conftest import remote_key_of, wait_for
-from tests.mcp.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
+from tests.mcp_server.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
 from tests.runtime.test_untrusted_inline import holds_one_wrapper
 from toolops.model_io.tool_messages import wrap_untrusted_inline
 

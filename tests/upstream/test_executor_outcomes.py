@@ -15,7 +15,7 @@ from specs_app.models import UpstreamTool
 from worker.upstream_sync import upstream_import, upstream_list
 from toolops.decisions.execution import Commit
 
-from tests.invocations.test_http_client import hostile  # noqa: F401 - fixture used here
+from tests.worker.test_http_client import hostile  # noqa: F401 - fixture used here
 
 from tests.upstream.conftest import SECRET_REF, published
 

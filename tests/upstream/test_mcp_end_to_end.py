@@ -5,7 +5,7 @@ the result back to the client; and a write whose answer the upstream drops after
 OUTCOME_UNKNOWN → reconciled by the lookup tool → exactly one note. Nothing is mocked.
 
 The MCP client runs in its own thread (Playwright's sync API keeps an event loop in the test
-thread), as in ``tests/mcp/test_mcp_tasks_browser.py``.
+thread), as in ``tests/mcp_server/test_mcp_tasks_browser.py``.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from invocations_app.models import Attempt, Confirmation, Event, Invocation, Res
 from tests.browser.conftest import browser, login, page  # noqa: F401 - fixtures used here
 from tests.builders import allow_approving, make_staff
 from tests.integration.conftest import remote_key_of, wait_for
-from tests.mcp.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
-from tests.mcp.test_mcp_tasks import DetailedTask, TaskHandle, TaskParams, Tasks, TasksGet
+from tests.mcp_server.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
+from tests.mcp_server.test_mcp_tasks import DetailedTask, TaskHandle, TaskParams, Tasks, TasksGet
 from toolops.model_io.tool_messages import wrap_untrusted_inline
 
 from tests.upstream.conftest import NOTES_SECRET, dumps

@@ -22,7 +22,7 @@ management command over the whole database in small pages and requires a clean r
 Execution runs in-process (``execution_claim`` / ``execution_run`` / ``reconcile`` with
 ``python`` executors) and nothing is handed to Celery; the worker, broker and demo HTTP
 services are covered by ``tests/integration``, whose histories are flushed before this runs.
-``tests/invocations/test_audit_invariants.py`` shows, kind by kind, that the audit catches
+``tests/audit/test_audit_invariants.py`` shows, kind by kind, that the audit catches
 what a history could get wrong.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from django.core.management import call_command
 from audit.checks import KINDS, audit
 from invocations_app.models import Confirmation, Event, Invocation
 from tests.builders import ServiceWorld
-from tests.invocations.test_audit_invariants import EXPECTED_STATES, build_mixed_workload
+from tests.audit.test_audit_invariants import EXPECTED_STATES, build_mixed_workload
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

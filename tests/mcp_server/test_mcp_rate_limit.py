@@ -15,7 +15,7 @@ from invocations_app.models import Attempt, ModelCall, Proposal
 from tests.builders import forget_rate_counts
 from tests.servers import gunicorn_server
 
-from tests.mcp.conftest import DEMO_TOKEN, McpServer, mcp_client, modern_request
+from tests.mcp_server.conftest import DEMO_TOKEN, McpServer, mcp_client, modern_request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 from invocations_app.confirmations import confirmation_approve, confirmation_deny
 from invocations_app.models import Confirmation, Invocation, ToolMessage
 
-from tests.mcp.conftest import mcp_client
+from tests.mcp_server.conftest import mcp_client
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

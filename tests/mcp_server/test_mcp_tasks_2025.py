@@ -18,7 +18,7 @@ from invocations_app.confirmations import confirmation_approve, confirmation_den
 from invocations_app.models import Confirmation, Invocation, ToolMessage
 from tests.builders import make_token
 
-from tests.mcp.conftest import LegacySession, modern_request
+from tests.mcp_server.conftest import LegacySession, modern_request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

@@ -16,7 +16,7 @@ from invocations_app.models import Confirmation, Invocation, ModelCall, Proposal
 from specs_app.models import Subject
 from tests.builders import allow_approving, make_demo_spec, make_grant, make_token, person_client
 
-from tests.mcp.conftest import DEMO_TOKEN, http_client, mcp_client, wait_for
+from tests.mcp_server.conftest import DEMO_TOKEN, http_client, mcp_client, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

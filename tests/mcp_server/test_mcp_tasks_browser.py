@@ -14,7 +14,7 @@ from specs_app.models import ToolSpec
 from tests.browser.conftest import browser, login, page  # noqa: F401  (fixtures)
 from tests.builders import allow_approving, make_staff
 
-from tests.mcp.test_mcp_tasks import _get, _start
+from tests.mcp_server.test_mcp_tasks import _get, _start
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.browser]
 

@@ -17,7 +17,7 @@ from mcp.shared.exceptions import MCPError
 
 from invocations_app.models import ModelCall, Proposal
 
-from tests.mcp.conftest import mcp_client, modern_request
+from tests.mcp_server.conftest import mcp_client, modern_request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

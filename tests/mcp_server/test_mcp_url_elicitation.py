@@ -14,7 +14,7 @@ from mcp.shared.exceptions import MCPError
 from invocations_app.confirmations import confirmation_approve
 from invocations_app.models import Confirmation, Event, Invocation
 
-from tests.mcp.conftest import mcp_client
+from tests.mcp_server.conftest import mcp_client
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
