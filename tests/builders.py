@@ -26,7 +26,7 @@ from datetime import timedelta
 from django.contrib.auth.models import User
 from django.core.cache import caches
 from django.db import connection, transaction
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 from rest_framework.test import APIClient
@@ -324,6 +324,32 @@ def agent_client(*, subject: Subject) -> Agent:
     agent = Agent(APIClient(), secret)
     agent.subject = subject
     return agent
+
+
+def make_planner(*, tenant_slug: str = "acme", name: str = "planner") -> Subject:
+    """An agent of ``tenant_slug`` that may write to the ``primary`` calendar (and nothing else)."""
+    subject = make_subject(tenant=make_tenant(slug=tenant_slug), name=name)
+    make_grant(subject=subject, capability="calendar.write", operation_class="create", scope_kind="exact", scope_values=["primary"])
+    return subject
+
+
+def pending_confirmation(*, subject: Subject, spec: ToolSpec, arguments: dict) -> Confirmation:
+    """A call of ``spec`` admitted for ``subject`` and waiting for a person: its pending confirmation."""
+    invocation = admit_proposal(subject=subject, spec=spec, arguments=arguments)
+    assert invocation.state == "AUTHORIZED", invocation.error_message
+    return Confirmation.objects.select_related("invocation").get(invocation=invocation, state="pending")
+
+
+def logged_in_client(user) -> Client:
+    """A console client signed in as ``user`` (no password round trip)."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def messages_of(response) -> list[str]:
+    """The console's flash messages on a response (followed redirects included)."""
+    return [str(m) for m in response.context["messages"]]
 
 
 def admit_proposal(*, subject: Subject, spec: ToolSpec, arguments: dict, timezone_name: str = "Europe/Paris") -> Invocation:

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from invocations_app.models import Confirmation
 from tests.builders import (
-    allow_approving,
+    allow_approving, make_planner, pending_confirmation,
     CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant,
 )
 from tests.conftest import REPO_ROOT
@@ -28,16 +28,12 @@ def calendar():
 
 @pytest.fixture
 def planner():
-    subject = make_subject(tenant=make_tenant(slug="acme"), name="planner")
-    make_grant(subject=subject, capability="calendar.write", operation_class="create", scope_kind="exact", scope_values=["primary"])
-    return subject
+    return make_planner()
 
 
 @pytest.fixture
 def pending(calendar, planner) -> Confirmation:
-    invocation = admit_proposal(subject=planner, spec=calendar, arguments=CALENDAR_ARGS)
-    assert invocation.state == "AUTHORIZED", invocation.error_message
-    return Confirmation.objects.select_related("invocation").get(invocation=invocation, state="pending")
+    return pending_confirmation(subject=planner, spec=calendar, arguments=CALENDAR_ARGS)
 
 
 def test_it_lets_an_approver_approve_the_pending_calendar_call(login, live_server, calendar, planner, pending):

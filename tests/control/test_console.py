@@ -22,7 +22,7 @@ from invocations_app.models import Confirmation, Event
 from specs_app.models import Grant, GrantChange
 from specs_app.services import grant_create, grant_revoke
 from tests.builders import (
-    allow_approving,
+    allow_approving, logged_in_client, make_planner, messages_of, pending_confirmation,
     CALENDAR_ARGS, admit_proposal, make_capability, make_demo_spec, make_grant, make_staff, make_subject, make_tenant,
     make_toolspec,
 )
@@ -39,16 +39,12 @@ def calendar():
 
 @pytest.fixture
 def agent():
-    subject = make_subject(tenant=make_tenant(slug="acme"), name="planner")
-    make_grant(subject=subject, capability="calendar.write", operation_class="create", scope_kind="exact", scope_values=["primary"])
-    return subject
+    return make_planner()
 
 
 @pytest.fixture
 def pending(calendar, agent) -> Confirmation:
-    invocation = admit_proposal(subject=agent, spec=calendar, arguments=CALENDAR_ARGS)
-    assert invocation.state == "AUTHORIZED", invocation.error_message
-    return Confirmation.objects.get(invocation=invocation, state="pending")
+    return pending_confirmation(subject=agent, spec=calendar, arguments=CALENDAR_ARGS)
 
 
 @pytest.fixture
@@ -58,14 +54,7 @@ def approver(calendar):
     return user
 
 
-def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def messages_of(response) -> list[str]:
-    return [str(m) for m in response.context["messages"]]
+client_for = logged_in_client
 
 
 def decide(client, confirmation, verb, **form):

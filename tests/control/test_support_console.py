@@ -27,7 +27,7 @@ from worker.support import (
 from invocations_app.runs import model_call_create, run_finish
 from invocations_app.transitions import invocation_transition
 from specs_app.models import Subject, ToolSpec
-from tests.builders import allow_approving, allow_resolving, CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
+from tests.builders import allow_approving, logged_in_client, messages_of, allow_resolving, CALENDAR_ARGS, admit_proposal, make_demo_spec, make_grant, make_staff, make_subject, make_tenant
 from tests.conftest import open_demo_services, require_postgres
 from toolops.runtime.tracecontext import new_span_id
 
@@ -91,14 +91,7 @@ def make_unknown(subject: Subject, spec: ToolSpec, arguments: dict, *, approver=
     return invocation
 
 
-def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def messages_of(response) -> list[str]:
-    return [str(m) for m in response.context["messages"]]
+client_for = logged_in_client
 
 
 def act(client, invocation, verb, **form):
