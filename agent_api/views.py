@@ -7,6 +7,7 @@ import re
 from django.conf import settings
 from django.db.models import prefetch_related_objects
 from django.http import HttpResponse
+from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from rest_framework import status
@@ -14,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from specs_app.selectors import toolspec_renderable
+from agent_api.minimal import InvocationMinimalOut, invocation_minimal, prefers_minimal
 from agent_api.schema import problem_responses
 from toolops.errors import ApplicationError
 from toolops.model_io.rendering import rendering_metadata
@@ -47,7 +49,14 @@ PROPOSAL_REQUEST = PolymorphicProxySerializer(
     resource_type_field_name=None,
 )
 PROPOSAL_ANSWER = PolymorphicProxySerializer(
-    component_name="ProposalAnswer", serializers=[InvocationOut, InvocationBatchOut], resource_type_field_name=None,
+    component_name="ProposalAnswer", serializers=[InvocationOut, InvocationBatchOut, InvocationMinimalOut],
+    resource_type_field_name=None,
+)
+PREFER_HEADER = OpenApiParameter(
+    "Prefer", str, location=OpenApiParameter.HEADER, required=False,
+    description="`return=minimal`: answer each call compactly — id, state, tool, digest, pending confirmation, "
+    "error and the `tool_message` for the model (null while it runs) — instead of the full record; the "
+    "answer then carries `Preference-Applied: return=minimal`.",
 )
 TOOL_MESSAGE = PolymorphicProxySerializer(
     component_name="ToolMessage", serializers=[OpenAIToolMessageOut, AnthropicToolResultOut, MCPCallToolResultOut],
@@ -120,7 +129,7 @@ class ModelCallCreateView(APIView):
 
 class ProposalCreateView(APIView):
     @extend_schema(
-        request=PROPOSAL_REQUEST, parameters=[WAIT_PARAM, IDEMPOTENCY_HEADER],
+        request=PROPOSAL_REQUEST, parameters=[WAIT_PARAM, IDEMPOTENCY_HEADER, PREFER_HEADER],
         responses={
             201: PROPOSAL_ANSWER, 200: PROPOSAL_ANSWER,
             **problem_responses({
@@ -156,8 +165,14 @@ class ProposalCreateView(APIView):
         prefetch_related_objects(invocations, "attempts", "confirmations__decided_by")
         request.trace_id = invocations[0].trace_id if invocations else call.run.trace_id
         code = status.HTTP_201_CREATED if any(created for _, created in results) else status.HTTP_200_OK
-        body = [invocation_to_dict(inv) if isinstance(inv, Invocation) else inv for inv, _ in results]
-        return Response({"invocations": body} if batch else body[0], status=code)
+        minimal = prefers_minimal(request)
+        shape = (lambda inv: invocation_minimal(inv, fmt=call.format)) if minimal else invocation_to_dict
+        body = [shape(inv) if isinstance(inv, Invocation) else inv for inv, _ in results]
+        response = Response({"invocations": body} if batch else body[0], status=code)
+        patch_vary_headers(response, ["Prefer"])
+        if minimal:
+            response["Preference-Applied"] = "return=minimal"
+        return response
 
     @staticmethod
     def _admit(request, call, proposal: dict, *, batch: bool):

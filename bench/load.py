@@ -36,6 +36,7 @@ import atexit
 import http.client
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -88,6 +89,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WEB_CONCURRENCY", "2")), help="gunicorn processes")
     parser.add_argument("--threads", type=int, default=int(os.environ.get("GUNICORN_THREADS", "4")), help="threads per process")
     parser.add_argument("--baseline", type=int, default=1000, help="in-process proposals for the baseline rate")
+    parser.add_argument("--minimal", action="store_true",
+                        help="proposals ask for the compact answer (Prefer: return=minimal) instead of the full record")
     parser.add_argument("--smoke", action="store_true", default=os.environ.get("BENCH_SMOKE") == "1")
     args = parser.parse_args()
     if args.smoke:
@@ -104,10 +107,25 @@ def free_port() -> int:
 def launch_gunicorn(port: int, workers: int, threads: int, log: Path) -> subprocess.Popen:
     env = {**os.environ, "GUNICORN_BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": str(workers),
            "GUNICORN_THREADS": str(threads), "GUNICORN_ACCESSLOG": "", "DEBUG": "0"}
+    # Its own process group: stopping it stops its workers too, however this script ends.
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "python:toolops.gunicorn_conf", "toolops.wsgi"],
-                            cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-    atexit.register(lambda: proc.poll() is None and proc.kill())  # never left behind by an early exit
+                            cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    atexit.register(stop_server, proc)  # never left behind by an early exit
     return proc
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM to gunicorn's whole group (master and workers), SIGKILL to what is left after 30 s."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    except ProcessLookupError:
+        pass
 
 
 # The server boots (imports Django and the apps: seconds) while this process does the same and
@@ -185,14 +203,21 @@ def wait_ready(proc: subprocess.Popen, port: int, log: Path) -> None:
 class Client(threading.Thread):
     """One agent: a run, a model call, then proposal, poll, proposal, poll… until ``stop``."""
 
-    def __init__(self, port: int, token: str, spec_ref: str, stop: threading.Event, start_gate: threading.Barrier):
+    def __init__(self, port: int, token: str, spec_ref: str, stop: threading.Event, start_gate: threading.Barrier,
+                 minimal: bool = False):
         super().__init__(daemon=True)
+        self.minimal = minimal
+        self.answer_bytes: list[int] = []  # size of each proposal answer's body
         self.port, self.token, self.spec_ref, self.stop, self.start_gate = port, token, spec_ref, stop, start_gate
         self.results: list[tuple[str, int, float, float]] = []  # (kind, status, ended_at, seconds)
-        self.error: str | None = None
+        self.error: str | None = None  # why the client stopped (an unexpected exception)
+        self.setup_error: str | None = None  # why it could not start (it never joined the load)
+        self.dropped = 0  # kept-alive connections the server closed under the client (reconnected)
 
     def _call(self, conn, kind: str, method: str, path: str, body: dict | None = None) -> tuple[int, dict | None]:
         headers = {"Authorization": f"Bearer {self.token}"}
+        if kind == "proposal" and self.minimal:
+            headers["Prefer"] = "return=minimal"
         data = None
         if body is not None:
             data, headers["Content-Type"] = json.dumps(body), "application/json"
@@ -202,23 +227,57 @@ class Client(threading.Thread):
         raw = resp.read()
         end = time.perf_counter()
         self.results.append((kind, resp.status, end, end - start))
+        if kind == "proposal":
+            self.answer_bytes.append(len(raw))
         ok = resp.status < 300 and resp.getheader("Content-Type", "").startswith("application/json")
         return resp.status, json.loads(raw) if ok else None
 
-    def run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+    def _connect(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+
+    def _setup(self) -> str:
+        conn = self._connect()
         try:
-            _, run = self._call(conn, "setup", "POST", "/api/v1/runs", {"timezone": "UTC"})
-            _, call = self._call(conn, "setup", "POST", f"/api/v1/runs/{run['id']}/model-calls", {})
-            invocations, i = [], 0
-            self.start_gate.wait()
+            status, run = self._call(conn, "setup", "POST", "/api/v1/runs", {"timezone": "UTC"})
+            if run is None:
+                raise RuntimeError(f"POST /runs answered {status}")
+            status, call = self._call(conn, "setup", "POST", f"/api/v1/runs/{run['id']}/model-calls", {})
+            if call is None:
+                raise RuntimeError(f"POST /model-calls answered {status}")
+            return call["id"]
+        finally:
+            # Waiting at the gate can outlast the server's keep-alive (5 s) while the other
+            # clients set up: the load starts on a fresh connection.
+            conn.close()
+
+    def run(self) -> None:
+        try:
+            call_id = self._setup()
+        except Exception as exc:  # noqa: BLE001 - reported: this client could not start
+            self.setup_error = f"{type(exc).__name__}: {exc}"
+            call_id = None
+        try:
+            self.start_gate.wait()  # every client arrives, started or not, so the gate always opens
+        except threading.BrokenBarrierError:
+            return
+        if call_id is None:
+            return
+        conn = self._connect()
+        invocations, i = [], 0
+        try:
             while not self.stop.is_set():
-                status, inv = self._call(conn, "proposal", "POST", f"/api/v1/model-calls/{call['id']}/proposals", {
-                    "proposal_id": f"c{i}", "name": self.spec_ref, "arguments": PROPOSAL_ARGS[i % len(PROPOSAL_ARGS)]})
-                if inv:
-                    invocations.append(inv["id"])
-                if invocations:
-                    self._call(conn, "poll", "GET", f"/api/v1/invocations/{invocations[i % len(invocations)]}")
+                try:
+                    status, inv = self._call(conn, "proposal", "POST", f"/api/v1/model-calls/{call_id}/proposals", {
+                        "proposal_id": f"c{i}", "name": self.spec_ref, "arguments": PROPOSAL_ARGS[i % len(PROPOSAL_ARGS)]})
+                    if inv:
+                        invocations.append(inv["id"])
+                    if invocations:
+                        self._call(conn, "poll", "GET", f"/api/v1/invocations/{invocations[i % len(invocations)]}")
+                except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+                    # The server closed a kept-alive connection under us: counted, reconnected.
+                    self.dropped += 1
+                    conn.close()
+                    conn = self._connect()
                 i += 1
         except Exception as exc:  # noqa: BLE001 - reported, not swallowed
             self.error = f"{type(exc).__name__}: {exc}"
@@ -282,13 +341,20 @@ def main() -> int:
     bound = args.workers * pool_max if pool_max else None
     stop, samples = threading.Event(), []
     gate = threading.Barrier(args.clients + 1)
-    clients = [Client(port, token, spec.ref, stop, gate) for _, token in tokens[: args.clients]]
+    clients = [Client(port, token, spec.ref, stop, gate, args.minimal) for _, token in tokens[: args.clients]]
     monitor = threading.Thread(target=sample_backends, args=(settings.DATABASES["default"]["NAME"], stop, samples), daemon=True)
     try:
         monitor.start()
         for c in clients:
             c.start()
-        gate.wait(timeout=120)
+        try:
+            gate.wait(timeout=max(120, 4 * args.clients))
+        except threading.BrokenBarrierError:
+            stop.set()
+            stuck = sum(1 for c in clients if c.is_alive())
+            print(f"FAILED: the load never started: {stuck} of {args.clients} clients were still setting up after "
+                  f"{max(120, 4 * args.clients)} s (gunicorn log: {log})")
+            return 1
         started, client_cpu, server_cpu = time.perf_counter(), time.process_time(), server_cpu_seconds(server.pid)
         time.sleep(args.seconds)
         client_cpu = time.process_time() - client_cpu
@@ -300,11 +366,8 @@ def main() -> int:
         monitor.join(timeout=5)
     finally:
         stop.set()
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        gate.abort()  # a client still at the gate goes home
+        stop_server(server)
         purge_queue()
     inproc_after = in_process_rate(baseline_subject, spec, args.baseline // 2)
     inproc = (inproc_before + inproc_after) / 2
@@ -320,6 +383,8 @@ def main() -> int:
     proposal_lat = [s for kind, _, _, s in measured if kind == "proposal"]
     poll_lat = [s for kind, _, _, s in measured if kind == "poll"]
     errors = [c.error for c in clients if c.error]
+    not_started = [c.setup_error for c in clients if c.setup_error]
+    dropped = sum(c.dropped for c in clients)
     peak = max(samples, default=0)
 
     print(f"clients: {args.clients}  window: {args.seconds:.0f} s  gunicorn: {args.workers} x {args.threads} threads  "
@@ -330,6 +395,9 @@ def main() -> int:
     print(f"in-process proposal_admit:   {inproc:8.0f} /s  (one thread; {inproc_before:.0f} /s before the load, "
           f"{inproc_after:.0f} /s after, {args.baseline // 2} proposals each)")
     print(f"HTTP admission (201s):       {http_rate:8.0f} /s  ratio HTTP/in-process: {http_rate / inproc:.2f}  (target >= 0.5)")
+    sizes = [n for c in clients for n in c.answer_bytes]
+    print(f"proposal answer:             {statistics.mean(sizes) if sizes else 0:8.0f} bytes on average"
+          f"  ({'Prefer: return=minimal' if args.minimal else 'the full record'})")
     print(f"proposal latency p50/p99:    {percentile(proposal_lat, 50) * 1000:6.1f} / {percentile(proposal_lat, 99) * 1000:6.1f} ms"
           f"  ({len(proposal_lat)} requests)")
     print(f"poll latency p50/p99:        {percentile(poll_lat, 50) * 1000:6.1f} / {percentile(poll_lat, 99) * 1000:6.1f} ms"
@@ -339,9 +407,11 @@ def main() -> int:
     if server_cpu is not None and in_window:
         print(f"gunicorn CPU:                {server_cpu:6.1f} s in the window: {server_cpu / in_window * 1000:.1f} ms per request "
               f"({in_window} requests; in-process proposal_admit: {1000 / inproc:.1f} ms per proposal, wall)")
+    print(f"clients that could not start: {len(not_started)}{'  ' + str(not_started[:3]) if not_started else ''}")
+    print(f"connections the server dropped under a client: {dropped}  (each reconnected and counted)")
     if errors:
         print(f"client errors ({len(errors)}): {errors[:3]}")
-    failed = server_errors > 0 or errors or (bound is not None and peak > bound)
+    failed = server_errors > 0 or errors or not_started or dropped or (bound is not None and peak > bound)
     if failed:
         print(f"FAILED (gunicorn log: {log})")
         return 1

@@ -265,11 +265,12 @@ class Agent:
         assert resp.status_code == 201, resp.content
         return resp.json()
 
-    def propose(self, model_call_id: str, *, name: str, arguments: str | None = None, proposal_id: str | None = None, **extra):
+    def propose(self, model_call_id: str, *, name: str, arguments: str | None = None, proposal_id: str | None = None,
+                headers: dict | None = None, **extra):
         body = {"proposal_id": proposal_id or f"call_{next(_seq)}", "name": name, **extra}
         if arguments is not None:
             body["arguments"] = arguments
-        return self.post(f"/api/v1/model-calls/{model_call_id}/proposals", body)
+        return self.post(f"/api/v1/model-calls/{model_call_id}/proposals", body, headers=headers)
 
 
 def make_staff(*, username: str, superuser: bool = False) -> User:
