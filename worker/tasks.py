@@ -26,6 +26,7 @@ from worker.leases import stale_open_attempts
 from worker.recovery import claim_for_delivery, reconcile, reconcile_due, recover_abandoned
 from invocations_app.retention import binaries_purge_expired
 from webhooks.delivery import webhook_deliveries_due, webhook_delivery_attempt
+from worker.upstream_sync import REFRESH_TASK, upstream_refresh
 
 logger = logging.getLogger(__name__)
 
@@ -97,3 +98,10 @@ def purge_expired_binaries_task() -> int:
 def webhooks_deliver_due_task() -> int:
     """Periodic: re-send due webhook retries and deliveries abandoned mid-send."""
     return webhook_deliveries_due()
+
+
+@shared_task(name=REFRESH_TASK, ignore_result=True)
+def upstream_refresh_task(server_urls: list[str] | None = None) -> dict:
+    """Re-list watched MCP servers (every one: the beat; ``server_urls``: an admin's "refresh
+    now"); quarantine changed or vanished tools. Returns the counts per new state."""
+    return upstream_refresh(server_urls=server_urls)

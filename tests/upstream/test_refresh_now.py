@@ -15,7 +15,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from specs_app.models import UpstreamTool
-from worker.upstream_tasks import upstream_refresh_task
+from worker.tasks import upstream_refresh_task
 from worker.upstream_sync import REFRESH_TASK, upstream_import
 from tests.integration.conftest import demo_services, module_worker, wait_for, worker, worker_env  # noqa: F401 - fixtures
 from tests.servers import broker_on_private_redis  # noqa: F401 - a fixture
