@@ -1,6 +1,6 @@
 """The confirmation console: queue, detail page, approve/deny, and a live pending count.
 
-Thin views: scope and read through ``console.selectors``, decide through the domain services in
+Thin views: scope and read through ``control.selectors``, decide through the domain services in
 ``invocations_app.confirmations``. Every view runs inside ``admin.site.admin_view`` (active staff login, CSRF
 protection, never cached); which confirmations a user sees and may decide is django-guardian's
 ``approve_toolspec`` on the ToolSpec, checked again on every POST (403, nothing changes).

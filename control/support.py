@@ -1,6 +1,6 @@
 """The support console: the unknown-outcome queue and its actions (docs/concepts/lifecycle.md).
 
-Thin views: reads through ``console.selectors``, decisions through the domain's ``resolutions``.
+Thin views: reads through ``control.selectors``, decisions through the worker's ``support`` (``worker.support``).
 Every view runs inside ``admin.site.admin_view`` (active staff login, CSRF, never cached). Who sees
 and acts on an unknown outcome is django-guardian's ``resolve_toolspec`` on the ToolSpec, checked
 again on every POST (403, nothing changes).

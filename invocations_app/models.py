@@ -623,7 +623,7 @@ class WebhookDelivery(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [
-            # The beat task's "due or abandoned" scan (webhooks.webhook_deliveries_due).
+            # The beat task's "due or abandoned" scan (webhooks.delivery.webhook_deliveries_due).
             models.Index(fields=["next_attempt_at"], name="invocations_whd_due",
                          condition=Q(state__in=["pending", "sending"])),
             models.Index(fields=["endpoint", "-created_at"], name="invocations_whd_endpoint"),

@@ -236,7 +236,7 @@ def _check_param_headers(request: McpRequest, model_call: ModelCall, name: str, 
 
 
 def _run_inline(invocation: Invocation) -> dict | None:
-    """Run the read admission just claimed for this process (``executes_reads_itself``) with the
+    """Run the read admission just claimed for this process (``claim_inline``) with the
     execution service a worker runs (attempt rows, events, retry rules, tool messages). Returns
     the recorded MCP tool message when that ended the call, else None (a retry is scheduled for
     the workers) and the caller waits as for any call. An error on the way (the database lost

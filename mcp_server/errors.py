@@ -3,7 +3,7 @@
 The SDK answers an exception it does not know with code 0 and the exception's own text on
 2025-11-25 sessions — a database error's words went to the client that way — and with a bare
 -32603 on 2026-07-28 requests. ``ErrorsAsJsonRpc`` sits around every handler and answers as the
-REST API does (``toolops.middleware``, ``api_errors``):
+REST API does (``toolops.middleware``, ``agent_api.errors``):
 
 * a refusal of the request (``ApplicationError``: an unknown run in ``_meta``, no such call) →
   -32602 invalid params, ``data.code`` its stable code;

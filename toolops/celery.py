@@ -3,7 +3,7 @@
 ``celery -A toolops`` finds it here (Celery looks for ``toolops.celery`` when the package has
 no ``app``). Django loads it at start-up (``invocations_app.apps``), so the web process sends
 with this configuration; ``toolops/__init__.py`` stays empty so the pure core
-(``toolops.runtime``) imports without Celery or Django.
+(``toolops.runtime``, ``model_io``, ``decisions``) imports without Celery or Django.
 """
 import logging
 import os

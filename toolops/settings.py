@@ -459,7 +459,7 @@ if TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS < 0:
 # adds both addresses for the processes it starts). A model-supplied URL needs a grant
 # naming the address instead. The MCP executor, `mcp_import` and the upstream refresh obey it too.
 TOOLOPS_EGRESS_ALLOW = env_allowlist("TOOLOPS_EGRESS_ALLOW")
-# Webhook receivers have their own (webhook_delivery.py): an address opened for a tool is not
+# Webhook receivers have their own (webhooks/delivery.py): an address opened for a tool is not
 # open to a webhook endpoint's URL, nor the other way round.
 TOOLOPS_WEBHOOK_EGRESS_ALLOW = env_allowlist("TOOLOPS_WEBHOOK_EGRESS_ALLOW")
 # The HMAC key for remote idempotency keys (toolops/decisions/remote_keys.py); default: derived

@@ -3,10 +3,9 @@
 ``webhook_emit(tenant, event_type, payload)`` writes one ``WebhookDelivery`` per subscribed
 endpoint inside the caller's transaction (so a rolled-back decision tells nobody) and hands
 each to the workers after commit (``dispatch.enqueue_webhook_delivery``); the sending half is
-``webhook_delivery.py``. Services call the named emitters below where the thing happens:
-confirmation opened, decided or expired, an invocation reaching a terminal state; the approval
-policies' escalation calls ``webhook_confirmation_escalated(confirmation)`` (or ``webhook_emit``
-with a payload of its own).
+``delivery.py``. The domain services send ``invocations_app.signals`` where the thing happens
+(confirmation opened, decided, escalated or expired, an invocation reaching a terminal state);
+``webhooks/apps.py`` connects each signal to its named emitter below.
 
 Cost when nobody listens: which events a tenant listens for is cached per process for
 ``SUBSCRIPTION_TTL_SECONDS``, so a terminal transition of a tenant without endpoints costs no

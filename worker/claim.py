@@ -126,7 +126,7 @@ class AdmissionClaim:
 
 def claim_with_admission(invocation: Invocation, *, now: datetime) -> AdmissionClaim:
     """Claim the first attempt of a read-only call being admitted ready to run, for the process
-    that admits it and will run it at once (``proposal_admit(executes_reads_itself=True)``, the
+    that admits it and will run it at once (``proposal_admit(claim_inline=claim_with_admission)``, the
     MCP front door's inline reads): the events, transition and Attempt ``claim_or_inspect``
     would write a moment later, to go in admission's one round trip instead of a second
     transaction (``transitions.transition_in_batch``). The row is still born AUTHORIZED (the

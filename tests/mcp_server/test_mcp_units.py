@@ -83,16 +83,17 @@ def test_the_derived_key_is_run_request_and_digest_and_reads_have_none(agent):
 
 def test_a_write_through_the_mcp_door_is_admitted_once(agent, monkeypatch):
     """The bytes are parsed, validated, normalized and digested once per call: the derived key is
-    made from admission's own plan (before, a second admit() ran only to compute it)."""
+    made from admission's own plan (before, the door ran a second admit() only to compute it).
+    Counted at the source — the pure admit() looks up parse_strict in its own module, whoever
+    imported admit() under whatever name."""
     import toolops.runtime.admission as pure
-    import invocations_app.admission as admission
-    calls = []
-    real = pure.admit
-    monkeypatch.setattr(admission, "admit", lambda **kw: calls.append(kw["arguments_bytes"]) or real(**kw))
+    parsed = []
+    real = pure.parse_strict
+    monkeypatch.setattr(pure, "parse_strict", lambda raw, limits: parsed.append(raw) or real(raw, limits))
     run = mcp_run_get_or_open(subject=agent, rule=RunRule("session", "session:s-once"), trace=None)
     outcome = mcp_tool_call(request=_request(agent, 1, **{"dev.toolops/run": str(run.pk)}), name="calendar-create_event_v1",
                             arguments_bytes=CALENDAR_ARGS, arguments=json.loads(CALENDAR_ARGS))
-    assert calls == [CALENDAR_ARGS]
+    assert parsed == [CALENDAR_ARGS]
     assert Invocation.objects.get(pk=outcome.invocation_id).idempotency_key.startswith(f"mcp:{run.pk}:")
 
 
