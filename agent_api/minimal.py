@@ -13,20 +13,25 @@ import json
 
 from rest_framework import serializers
 
-from invocations_app.models import Invocation
-from invocations_app.tool_messages import current_message
+from invocations_app.models import Confirmation, Invocation
+from invocations_app.tool_messages import current_messages
 
 
 def prefers_minimal(request) -> bool:
     """``Prefer: return=minimal`` among the request's preferences (tokens are case-insensitive)."""
-    prefer = request.headers.get("Prefer", "")
-    return any(part.strip().lower().replace(" ", "") == "return=minimal"
-               for item in prefer.split(",") for part in item.split(";")[:1])
+    preferences = request.headers.get("Prefer", "").split(",")
+    return any(item.split(";")[0].replace(" ", "").lower() == "return=minimal" for item in preferences)
 
 
-def invocation_minimal(inv: Invocation, *, fmt: str) -> dict:
-    current = current_message(invocation=inv, fmt=fmt)
-    pending = next((c for c in inv.confirmations.all() if c.state == "pending"), None)
+def invocations_minimal(invocations: list[Invocation], *, fmt: str) -> dict:
+    """The compact answer of each invocation (by id); their tool messages are read together, so a
+    batch of tool calls costs the reads of one (confirmations: prefetched by the caller)."""
+    messages = current_messages(invocations=invocations, fmt=fmt)
+    return {inv.pk: _minimal(inv, messages[inv.pk]) for inv in invocations}
+
+
+def _minimal(inv: Invocation, current: tuple[str, bytes] | None) -> dict:
+    pending = next((c for c in inv.confirmations.all() if c.state == Confirmation.Status.PENDING), None)
     return {
         "id": str(inv.pk),
         "state": inv.state,

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from specs_app.selectors import toolspec_renderable
-from agent_api.minimal import InvocationMinimalOut, invocation_minimal, prefers_minimal
+from agent_api.minimal import InvocationMinimalOut, invocations_minimal, prefers_minimal
 from agent_api.schema import problem_responses
 from toolops.errors import ApplicationError
 from toolops.model_io.rendering import rendering_metadata
@@ -166,7 +166,11 @@ class ProposalCreateView(APIView):
         request.trace_id = invocations[0].trace_id if invocations else call.run.trace_id
         code = status.HTTP_201_CREATED if any(created for _, created in results) else status.HTTP_200_OK
         minimal = prefers_minimal(request)
-        shape = (lambda inv: invocation_minimal(inv, fmt=call.format)) if minimal else invocation_to_dict
+        if minimal:
+            compact = invocations_minimal(invocations, fmt=call.format)
+            shape = lambda inv: compact[inv.pk]  # noqa: E731
+        else:
+            shape = invocation_to_dict
         body = [shape(inv) if isinstance(inv, Invocation) else inv for inv, _ in results]
         response = Response({"invocations": body} if batch else body[0], status=code)
         patch_vary_headers(response, ["Prefer"])

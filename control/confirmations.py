@@ -62,7 +62,7 @@ def queue_view(request: HttpRequest) -> HttpResponse:
         }
 
     return queue_page(request, template="admin/confirmations/queue.html", title="Confirmation queue",
-                      heading="Confirmation queue", badge_label="pending", clear_url_name="confirmations:queue",
+                      badge_label="pending", clear_url_name="confirmations:queue",
                       filters_hint="You see the tools you may approve. Counts refresh every 5 s.",
                       filter_choices=console_filter_choices, rows=rows)
 

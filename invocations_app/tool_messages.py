@@ -201,6 +201,12 @@ def current_message(*, invocation: Invocation, fmt: str) -> tuple[str, bytes] | 
     return _current(invocation, fmt, _known([invocation], fmt))
 
 
+def current_messages(*, invocations: list[Invocation], fmt: str) -> dict:
+    """``current_message`` of each invocation (by id), read together: one set of reads for a batch."""
+    known = _known(invocations, fmt)
+    return {invocation.pk: _current(invocation, fmt, known) for invocation in invocations}
+
+
 def _current(invocation: Invocation, fmt: str, known: _Known) -> tuple[str, bytes] | None:
     stored = known.stored.get(invocation.pk)
     if stored is not None:

@@ -56,3 +56,28 @@ def test_other_preferences_leave_the_full_answer(agent, weather):
     call = _call(agent)
     resp = agent.propose(call["id"], name="weather-get_forecast_v1", arguments=WEATHER, headers={"HTTP_PREFER": "return=representation"})
     assert "normalized_arguments" in resp.json() and "Preference-Applied" not in resp
+
+
+def _batch(agent, n: int, headers: dict | None = None):
+    call = _call(agent)
+    calls = [{"id": f"call_{i}", "type": "function",
+              "function": {"name": "weather-get_forecast_v1", "arguments": f'{{"city": "C{i}", "date": "2026-07-20"}}'}}
+             for i in range(n)]
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    with CaptureQueriesContext(connection) as reads:
+        resp = agent.post(f"/api/v1/model-calls/{call['id']}/proposals", {"tool_calls": calls}, headers=headers)
+    assert resp.status_code == 201, resp.content
+    return len(reads), resp.json()["invocations"]
+
+
+def test_a_batch_reads_its_compact_answers_together(agent, weather):
+    """The compact answers' tool messages are read once for the whole batch, not once per call."""
+    _batch(agent, 2)  # warm the per-process caches (capabilities, visible sets) first
+    extra_for = {}
+    for n in (1, 4):
+        full, _ = _batch(agent, n)
+        compact, body = _batch(agent, n, MINIMAL)
+        assert len(body) == n and all(set(b) >= {"id", "tool_message"} for b in body)
+        extra_for[n] = compact - full
+    assert extra_for[4] == extra_for[1]
