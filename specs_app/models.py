@@ -309,6 +309,23 @@ class GrantChange(models.Model):
         ordering = ["-at"]
 
 
+class RoleChange(models.Model):
+    """Append-only audit of people's roles in a tenant (``specs_app.people``), as ``GrantChange``
+    is for grants: who gave or took which role, on which tools, when and why."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="role_changes")
+    person = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    action = models.CharField(max_length=16)  # "assigned" | "removed"
+    role = models.CharField(max_length=16)
+    tools = models.JSONField(default=list, blank=True, help_text='tool refs; [] = every tool of the tenant')
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.TextField(blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-at"]
+
+
 class UpstreamTool(models.Model):
     """The watch over one ToolSpec imported from an upstream MCP server (issue 16).
 
