@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 
-from specs_app.admin import pretty_json
+from specs_app.admin import PlumbingListAdmin, pretty_json
 from specs_app.models import ToolSpec
 
 from invocations_app.models import (
@@ -81,7 +81,7 @@ class RunAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ModelCall)
-class ModelCallAdmin(ReadOnlyAdmin):
+class ModelCallAdmin(PlumbingListAdmin, ReadOnlyAdmin):
     list_display = ["id", "run", "format", "created_at"]
     search_fields = ["=id", "=run__id"]
     readonly_fields = ["visible"]
@@ -242,7 +242,7 @@ class WebhookAttemptInline(admin.TabularInline):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
+class WebhookDeliveryAdmin(PlumbingListAdmin):
     """Every delivery and its attempts (read-only); failed ones can be sent again."""
 
     list_display = ["created_at", "event_type", "endpoint", "state", "attempts", "last_status_code", "next_attempt_at", "delivered_at"]

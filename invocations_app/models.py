@@ -622,6 +622,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name_plural = "webhook deliveries"
         indexes = [
             # The beat task's "due or abandoned" scan (webhooks.delivery.webhook_deliveries_due).
             models.Index(fields=["next_attempt_at"], name="invocations_whd_due",

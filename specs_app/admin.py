@@ -57,6 +57,15 @@ def _in_words(rules: dict, words) -> str:
     return format_html('<div class="help" data-testid="in-words">{}{}</div>', "; ".join(lines), note)
 
 
+class PlumbingListAdmin(admin.ModelAdmin):
+    """A model list that is plumbing (tokens, deliveries, model calls, upstream rows): listed on the
+    index and sidebar for platform admins only (issue 32). Its pages keep their own permission
+    checks, so a link from a product page still opens for whoever may see the row."""
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+
 @admin.register(Tenant)
 class TenantAdmin(ReinforcedGuardedModelAdmin):
     """Tenants; a tenant's page links to "Object permissions" (django-guardian), where a superuser
@@ -107,7 +116,7 @@ class SubjectAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(PlumbingListAdmin):
     list_display = ["prefix", "subject", "label", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["subject__tenant", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["prefix", "label", "subject__name"]
@@ -139,7 +148,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(PersonalToken)
-class PersonalTokenAdmin(admin.ModelAdmin):
+class PersonalTokenAdmin(PlumbingListAdmin):
     """People's Approvals API tokens: each person issues their own (console → Your API tokens);
     an admin sees who holds which and can revoke them."""
 
@@ -642,7 +651,7 @@ class UpstreamImportForm(forms.Form):
 
 
 @admin.register(UpstreamTool)
-class UpstreamToolAdmin(admin.ModelAdmin):
+class UpstreamToolAdmin(PlumbingListAdmin):
     """Imported MCP tools and their watch: quarantined ones first; import, confirm, re-version."""
 
     list_display = ["tool_spec", "upstream_name", "server_url", "state", "detected_at", "proposed_class", "confirmed", "checked_at"]

@@ -79,6 +79,7 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name, verbose_name_plural = "API token", "API tokens"
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.subject})"
@@ -100,6 +101,7 @@ class PersonalToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name, verbose_name_plural = "personal API token", "personal API tokens"
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
@@ -356,6 +358,7 @@ class UpstreamTool(models.Model):
 
     class Meta:
         ordering = ["server_url", "upstream_name"]
+        verbose_name, verbose_name_plural = "imported MCP tool", "imported MCP tools"
         constraints = [
             models.CheckConstraint(condition=Q(state__in=["pinned", "changed", "missing"]), name="specs_upstreamtool_state_valid"),
         ]

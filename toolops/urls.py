@@ -25,5 +25,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     re_path(r"^api/(?P<rest>.*)$", api_not_found),
     path("console/", include("control.urls")),  # staff pages: control/
+    path("", include("control.landing")),  # sign-in lands by role; the index lists one's tenants (issue 32)
     path("", admin.site.urls),
 ]

@@ -171,3 +171,51 @@ def test_the_profile_says_what_an_approver_may_decide(client, acme, tools, admin
     body = client.get("/console/profile/").content.decode()
     decide = body.split('data-testid="may-decide"')[1].split("</div>")[0]
     assert "Acme" in decide and calendar.ref in decide and crm.ref not in decide
+
+
+# --- landing by role, no "You don't have permission", no plumbing lists ----------------------
+
+NO_PERMISSION = "have permission to view or edit anything"
+# The model lists that are plumbing, by their list's link (the index and sidebar rows).
+PLUMBING = ('href="/invocations_app/webhookdelivery/"', 'href="/invocations_app/modelcall/"', 'href="/specs_app/apitoken/"',
+            'href="/specs_app/upstreamtool/"', 'href="/specs_app/personaltoken/"')
+
+
+def sign_in(client, user) -> str:
+    """Sign in through the login form as a person does; the page they land on (its path)."""
+    client.logout()
+    page = client.get("/login/")
+    assert page.status_code == 200
+    landed = client.post("/login/", {"username": user.username, "password": PASSWORD,
+                                     "next": page.context["next"]}, follow=True)
+    assert landed.status_code == 200
+    return landed.redirect_chain[-1][0], landed.content.decode()
+
+
+@pytest.mark.parametrize("role, landing", [
+    ("approver", "/console/confirmations/"),
+    ("support", "/console/unknown-outcomes/"),
+    ("tenant_admin", "/console/tenants/acme/"),
+    ("viewer", "/console/"),
+])
+def test_each_role_lands_on_its_page_and_sees_no_permission_refusal_nor_plumbing(client, acme, tools, admin_of_acme, role,
+                                                                                landing):
+    person = make_staff(username=f"p-{role}")
+    assign_role(actor=admin_of_acme, tenant=acme, person=person, role=role)
+    where, body = sign_in(client, person)
+    assert where == landing
+    index = client.get("/").content.decode()
+    for page in (body, index):
+        assert NO_PERMISSION not in page
+        assert not [name for name in PLUMBING if name in page]
+
+
+def test_an_explicit_next_is_kept_and_a_platform_admin_lands_on_the_index_with_every_list(client, acme, tools):
+    root = make_staff(username="root", superuser=True)
+    where, body = sign_in(client, root)
+    assert where == "/"
+    assert all(name in body for name in PLUMBING)
+    assert ">Webhook deliveries<" in body and ">API tokens<" in body and "deliverys" not in body
+    client.logout()
+    answer = client.post("/login/?next=/console/profile/", {"username": "root", "password": PASSWORD}, follow=True)
+    assert answer.redirect_chain[-1][0] == "/console/profile/"
