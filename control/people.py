@@ -23,6 +23,7 @@ from specs_app.models import Tenant, ToolSpec
 from specs_app.people import ROLES, people_tenants, person_add, remove_role, role_history, tenant_roster, tenant_tools
 from specs_app.selectors import tenant_people
 from worker.support import resolvable_tenants, resolvable_toolspecs
+from control.form_errors import errors_onto
 
 
 def _tenant(request: HttpRequest, slug: str) -> Tenant:
@@ -58,7 +59,6 @@ def _people_page(request: HttpRequest, tenant: Tenant) -> HttpResponse:
     context = {
         **admin.site.each_context(request), "title": f"People of {tenant.name}", "tenant": tenant,
         "roster": tenant_roster(tenant=tenant), "history": role_history(tenant=tenant), "roles": ROLES.values(),
-        "grants_url": reverse("admin:specs_app_grant_changelist") + f"?tenant__id__exact={tenant.pk}",
         "tools_url": reverse("admin:specs_app_toolspec_changelist") + f"?tenant__id__exact={tenant.pk}",
     }
     return TemplateResponse(request, "admin/people/tenant.html", context)
@@ -90,7 +90,7 @@ def add_view(request: HttpRequest, slug: str) -> HttpResponse:
             person, link, holding = person_add(actor=request.user, tenant=tenant, role=data["role"], person=data["person"],
                                                email=data["email"], tools=list(data["tools"]), reason=data["reason"])
         except ValidationError as exc:
-            _errors_onto(form, exc)
+            errors_onto(form, exc)
         else:
             # Rendered, not redirected: the set-password link is shown once, never put in a message cookie.
             context = {
@@ -102,14 +102,6 @@ def add_view(request: HttpRequest, slug: str) -> HttpResponse:
             return TemplateResponse(request, "admin/people/added.html", context)
     context = {**admin.site.each_context(request), "title": f"Add a person to {tenant.name}", "tenant": tenant, "form": form}
     return TemplateResponse(request, "admin/people/add.html", context, status=400 if form.errors else 200)
-
-
-def _errors_onto(form: forms.Form, exc: ValidationError) -> None:
-    if hasattr(exc, "error_dict"):
-        for field, errors in exc.message_dict.items():
-            form.add_error(field if field in form.fields else None, errors)
-    else:
-        form.add_error(None, exc.messages)
 
 
 @require_POST
