@@ -22,6 +22,21 @@ from control.formatting import history_lines, pretty, pretty_text, who
 from control.selectors import invocation_record, record_get_for_user
 
 
+def reasons_by_grant(authorization: dict) -> dict:
+    """The decision's reasons split in two (issue 32): those of the grants it used (and those of no
+    grant: the tool's own rule, a missing grant) first; those of grants it looked at and did not
+    use — another scope, another currency — apart, so they do not read like the call's error.
+    Which grant said what is in the record's ``internal`` part (the agent's copy names no grant)."""
+    internal = authorization.get("internal") or {}
+    reasons = internal.get("reasons") or authorization.get("reasons") or []
+    used = {str(g) for g in internal.get("used_grant_ids") or []}
+    used |= {str(c.get("grant_id")) for c in authorization.get("capabilities") or [] if c.get("grant_id")}
+    if not used:  # nothing matched (a denial): every reason says why, none is "other"
+        return {"reasons_matching": reasons, "reasons_other": []}
+    matching = [r for r in reasons if not r.get("grant_id") or str(r["grant_id"]) in used]
+    return {"reasons_matching": matching, "reasons_other": [r for r in reasons if r not in matching]}
+
+
 @require_GET
 def record_view(request: HttpRequest, pk) -> HttpResponse:
     inv = record_get_for_user(user=request.user, pk=pk)
@@ -53,6 +68,7 @@ def record_view(request: HttpRequest, pk) -> HttpResponse:
         "trace_json": pretty(inv.normalization_trace),
         "normalized_json": pretty(inv.normalized_arguments),
         "authorization_json": pretty(inv.authorization),
+        **reasons_by_grant(inv.authorization or {}),
         "result_json": pretty(inv.result_value) if inv.result_value is not None else "",
         "error_json": pretty(inv.error_detail) if inv.error_detail else "",
         "history": history_lines(record.resolution_events),

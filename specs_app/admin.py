@@ -72,9 +72,14 @@ class TenantAdmin(ReinforcedGuardedModelAdmin):
     (or holder of guardian's own object-permission model permissions) gives people or groups ``approve_calls``, ``resolve_calls``, ``view_calls``,
     ``manage_grants_tenant`` or ``manage_toolspecs_tenant`` on that tenant."""
 
-    list_display = ["slug", "name", "created_at"]
+    list_display = ["slug", "name", "created_at", "console_page"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
+
+    @admin.display(description="people and grants")
+    def console_page(self, obj):
+        # The tenant's console page (control/people.py): roles instead of raw object permissions.
+        return format_html('<a href="{}">people, roles and grants</a>', reverse("people:tenant", args=[obj.slug]))
 
 
 class SubjectForm(forms.ModelForm):

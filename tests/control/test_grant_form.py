@@ -154,3 +154,22 @@ def test_another_tenants_grant_pages_are_404(client, world):
     client.force_login(make_staff(username="viewer"))
     assert client.get(LIST).status_code == 404
     assert Invocation.objects.count() == 0
+
+
+def test_a_calls_record_puts_the_matching_grants_reasons_first_and_folds_the_others(client, world):
+    from tests.builders import CALENDAR_ARGS, make_grant
+    planner = world["planner"]
+    work_only = make_grant(subject=planner, capability="calendar.write", operation_class="create", scope_kind="exact",
+                           scope_values=["work"])
+    make_grant(subject=planner, capability="calendar.write", operation_class="create", scope_kind="exact",
+               scope_values=["primary"])
+    call = admit_proposal(subject=planner, spec=world["calendar"], arguments=CALENDAR_ARGS)
+    assert call.state == "AUTHORIZED", call.error_message
+    client.force_login(make_staff(username="root", superuser=True))
+    page = client.get(f"/console/calls/{call.pk}/")
+    other = page.context["reasons_other"]
+    assert [(r["code"], r["grant_id"]) for r in other] == [("scope_mismatch", str(work_only.pk))]
+    assert all(r["grant_id"] != str(work_only.pk) for r in page.context["reasons_matching"])
+    body = page.content.decode()
+    assert body.index('data-testid="reasons-other"') > body.find('data-testid="reasons-matching"')
+    assert "Other grants considered (1): not used for this call" in body
