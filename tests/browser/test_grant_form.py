@@ -11,9 +11,12 @@ from specs_app.models import Grant
 from specs_app.people import assign_role
 from tests.browser.accessibility import assert_accessible
 from tests.browser.test_people_roles import sign_in
+from tests.conftest import REPO_ROOT
 from tests.builders import make_demo_spec, make_staff, make_subject, make_tenant
 
 pytestmark = pytest.mark.browser
+
+PREVIEW_SHOT = REPO_ROOT / "docs" / "grant-preview.png"  # docs/how-to/people-and-grants.md
 
 
 def test_a_tenant_admin_grants_a_two_tier_eur_policy_without_json(page, live_server):
@@ -50,6 +53,7 @@ def test_a_tenant_admin_grants_a_two_tier_eur_policy_without_json(page, live_ser
     expect(page.get_by_test_id("own-rule")).to_contain_text(payments.ref)
     assert_accessible(page, "grant form with its preview")
     assert not Grant.objects.exists()
+    page.screenshot(path=str(PREVIEW_SHOT), full_page=True)
     page.get_by_test_id("grant-save").click()
 
     expect(page.get_by_test_id("grant-saved")).to_be_visible()

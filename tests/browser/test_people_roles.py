@@ -10,12 +10,15 @@ from playwright.sync_api import expect
 from invocations_app.models import Confirmation
 from specs_app.people import assign_role
 from tests.browser.accessibility import assert_accessible
+from tests.conftest import REPO_ROOT
 from tests.builders import (
     CALENDAR_ARGS, PASSWORD, make_demo_spec, make_grant, make_planner, make_staff, make_subject, pending_confirmation,
 )
 from tests.control.test_support_console import PAYMENT_ARGS, make_unknown, open_but_nobody_listens
 
 pytestmark = pytest.mark.browser
+
+PEOPLE_SHOT = REPO_ROOT / "docs" / "people-page.png"  # docs/how-to/people-and-grants.md
 
 NO_PERMISSION = "have permission to view or edit anything"
 PLUMBING_LISTS = ("/invocations_app/webhookdelivery/", "/invocations_app/modelcall/", "/specs_app/apitoken/",
@@ -143,4 +146,5 @@ def test_a_new_approver_and_a_support_person_are_named_from_the_tenant_page_and_
     page.goto(f"{live_server.url}/console/tenants/acme/")
     expect(page.locator('[data-person="carol@example.invalid"][data-role="approver"]')).to_contain_text(calendar.ref)
     expect(page.locator('[data-person="sam@example.invalid"][data-role="support"]')).to_contain_text(payments.ref)
+    page.screenshot(path=str(PEOPLE_SHOT), full_page=True)
     assert Confirmation.objects.filter(state="approved").count() == 2  # carol's, and the unknown call's own
