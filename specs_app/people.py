@@ -138,6 +138,9 @@ def remove_role(*, actor, tenant: Tenant, person, role: str, reason: str = "") -
     spec = _role(role)
     if not any(h.role.key == spec.key for h in roles_of(tenant=tenant, person=person)):
         return False
+    if spec.key == "tenant_admin" and person.pk == actor.pk and not actor.is_superuser:
+        # Else the last admin could lock a tenant out of its own people and grants.
+        raise ValidationError("you cannot take your own Tenant admin role: ask another tenant admin or a platform admin")
     with transaction.atomic():
         for codename in spec.tenant_permissions:
             remove_perm(f"specs_app.{codename}", person, tenant)

@@ -94,6 +94,16 @@ def test_only_tenant_admins_name_people_and_never_with_another_tenants_tool(acme
     assert not RoleChange.objects.exists() and roles_of(tenant=acme, person=bob) == []
 
 
+def test_a_tenant_admin_cannot_take_their_own_admin_role(acme, tools):
+    root = make_staff(username="root", superuser=True)
+    ada = make_staff(username="ada")
+    assign_role(actor=root, tenant=acme, person=ada, role="tenant_admin")
+    with pytest.raises(ValidationError, match="your own Tenant admin role"):
+        remove_role(actor=ada, tenant=acme, person=ada, role="tenant_admin")
+    assert [h.role.key for h in roles_of(tenant=acme, person=ada)] == ["tenant_admin"]
+    assert remove_role(actor=root, tenant=acme, person=ada, role="tenant_admin") is True
+
+
 def test_adding_a_new_person_by_email_is_atomic(acme, tools, admin_of_acme):
     calendar, _, foreign = tools
     with pytest.raises(ValidationError):
