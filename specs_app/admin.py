@@ -483,7 +483,7 @@ class GrantAdmin(admin.ModelAdmin):
     on a Tenant) sees, adds, revokes and re-dates grants of those tenants only. Model-level
     grant permissions are not consulted: the tenant is the unit of delegation."""
 
-    list_display = ["capability", "tenant", "subject_display", "scope_display", "effect", "expires_at", "status", "revoked_at", "created_at", "granted_by"]
+    list_display = ["capability", "tenant", "subject_display", "scope_display", "effect", "rules_in_words", "expires_at", "status", "revoked_at", "created_at", "granted_by"]
     list_filter = [GrantStatusFilter, "effect", "scope_kind", ("capability", admin.RelatedOnlyFieldListFilter), ("tenant", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["capability__name", "subject__name", "tenant__slug", "reason", "revoke_reason"]
     list_select_related = ["capability", "tenant", "subject__tenant", "granted_by"]
@@ -606,6 +606,12 @@ class GrantAdmin(admin.ModelAdmin):
             return "none: the grant's effect applies as is"
         return format_html("{}{}", pretty_json(obj.approval_policy),
                            _in_words(obj.approval_policy, policy_in_words))
+
+    @admin.display(description="limits and policy")
+    def rules_in_words(self, obj):
+        # In the list too (issue 32): an EUR and a USD grant must not look identical.
+        said = format_html("{}{}", _in_words(obj.limits, limits_in_words), _in_words(obj.approval_policy, policy_in_words))
+        return said or "—"
 
     @admin.display(description="pinned tool versions")
     def tool_refs_display(self, obj):

@@ -148,3 +148,39 @@ def test_a_new_approver_and_a_support_person_are_named_from_the_tenant_page_and_
     expect(page.locator('[data-person="sam@example.invalid"][data-role="support"]')).to_contain_text(payments.ref)
     page.screenshot(path=str(PEOPLE_SHOT), full_page=True)
     assert Confirmation.objects.filter(state="approved").count() == 2  # carol's, and the unknown call's own
+
+
+def test_adding_a_person_works_with_the_keyboard_alone(page, live_server):
+    """Tab reaches every control of "Add a person" in reading order; arrows pick the role, Space
+    ticks a tool, Enter submits — no control needs a mouse."""
+    calendar = make_demo_spec(name="calendar.create_event")
+    acme = make_planner().tenant
+    ada = make_staff(username="ada")
+    assign_role(actor=make_staff(username="root", superuser=True), tenant=acme, person=ada, role="tenant_admin")
+    sign_in(page, live_server, "ada")
+    page.get_by_test_id("add-person").focus()
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/people/add")
+
+    page.locator("#id_person").focus()
+    order = []
+    for _ in range(12):
+        order.append(page.evaluate("document.activeElement.id || document.activeElement.dataset.testid || ''"))
+        page.keyboard.press("Tab")
+    assert order[:3] == ["id_person", "id_email", "id_role_0"]  # a radio group is one tab stop
+    assert order.index("id_tools_0") < order.index("id_reason") < order.index("person-add-submit")
+
+    page.locator("#id_email").focus()
+    page.keyboard.type("kim@example.invalid")
+    page.keyboard.press("Tab")
+    page.keyboard.press("ArrowDown")  # Approver → Support
+    assert page.locator("#id_role_1").is_checked()
+    page.keyboard.press("ArrowUp")  # back to Approver
+    page.locator("#id_tools_0").focus()
+    page.keyboard.press("Space")
+    assert page.locator("#id_tools_0").is_checked()
+    page.locator("#id_reason").focus()
+    page.keyboard.type("keyboard only")
+    page.get_by_test_id("person-add-submit").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_test_id("person-added")).to_contain_text(f"Approver of {acme.name} for {calendar.ref}")

@@ -173,3 +173,11 @@ def test_a_calls_record_puts_the_matching_grants_reasons_first_and_folds_the_oth
     body = page.content.decode()
     assert body.index('data-testid="reasons-other"') > body.find('data-testid="reasons-matching"')
     assert "Other grants considered (1): not used for this call" in body
+
+
+def test_the_admins_grant_list_also_tells_eur_from_usd(client, world):
+    client.force_login(world["admin"])
+    for currency in ("EUR", "USD"):
+        assert client.post(NEW, {**payments_form(world, currency=currency), "save": "1"}).status_code == 302
+    body = client.get("/specs_app/grant/").content.decode()
+    assert "max 100.00 EUR per call" in body and "max 100.00 USD per call" in body
