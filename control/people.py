@@ -9,9 +9,11 @@ other tenant's page is a 404, as if it did not exist.
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth import views as auth_views
 from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
@@ -93,15 +95,28 @@ def add_view(request: HttpRequest, slug: str) -> HttpResponse:
             errors_onto(form, exc)
         else:
             # Rendered, not redirected: the set-password link is shown once, never put in a message cookie.
+            url = request.build_absolute_uri(reverse("people:welcome", args=link.strip("/").split("/"))) if link else ""
             context = {
                 **admin.site.each_context(request), "title": f"{person.get_username()} added", "tenant": tenant,
-                "person": person, "holding": holding,
-                "set_password_url": request.build_absolute_uri(reverse("people:welcome", args=link.strip("/").split("/")))
-                if link else "",
+                "person": person, "holding": holding, "set_password_url": url,
+                "mailed": bool(url) and _mail_invitation(person=person, tenant=tenant, url=url, by=request.user),
             }
             return TemplateResponse(request, "admin/people/added.html", context)
     context = {**admin.site.each_context(request), "title": f"Add a person to {tenant.name}", "tenant": tenant, "form": form}
     return TemplateResponse(request, "admin/people/add.html", context, status=400 if form.errors else 200)
+
+
+def _mail_invitation(*, person, tenant: Tenant, url: str, by) -> bool:
+    """E-mail a new person their set-password link when the deployment sends mail
+    (``TOOLOPS_NOTIFY_BY_EMAIL``, Django's ``EMAIL_*``); whether it was handed to the mail server."""
+    if not settings.TOOLOPS_NOTIFY_BY_EMAIL:
+        return False
+    body = (f"{by.get_username()} added you to {tenant.name} on ToolOps.\n\nChoose your password here "
+            f"(the link works once):\n{url}\n")
+    try:
+        return send_mail(f"Your ToolOps account for {tenant.name}", body, None, [person.email]) == 1
+    except OSError:  # no mail server reachable: the page shows the link to send by hand
+        return False
 
 
 @require_POST

@@ -229,3 +229,17 @@ def test_an_explicit_next_is_kept_and_a_platform_admin_lands_on_the_index_with_e
     client.logout()
     answer = client.post("/login/?next=/console/profile/", {"username": "root", "password": PASSWORD}, follow=True)
     assert answer.redirect_chain[-1][0] == "/console/profile/"
+
+
+def test_a_new_person_is_mailed_their_link_when_the_deployment_sends_mail(client, acme, tools, admin_of_acme, settings,
+                                                                         mailoutbox):
+    settings.TOOLOPS_NOTIFY_BY_EMAIL = True
+    client.force_login(admin_of_acme)
+    answer = client.post("/console/tenants/acme/people/add", {"email": "dan@example.invalid", "role": "viewer"})
+    assert 'data-testid="invitation-mailed"' in answer.content.decode()
+    [mail] = mailoutbox
+    link = re.search(r'data-testid="set-password-link">([^<]+)<', answer.content.decode()).group(1)
+    assert mail.to == ["dan@example.invalid"] and link in mail.body
+    settings.TOOLOPS_NOTIFY_BY_EMAIL = False
+    answer = client.post("/console/tenants/acme/people/add", {"email": "eve@example.invalid", "role": "viewer"})
+    assert 'data-testid="invitation-mailed"' not in answer.content.decode() and len(mailoutbox) == 1
