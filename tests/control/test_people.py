@@ -104,6 +104,14 @@ def test_a_tenant_admin_cannot_take_their_own_admin_role(acme, tools):
     assert remove_role(actor=root, tenant=acme, person=ada, role="tenant_admin") is True
 
 
+def test_a_platform_admin_named_in_a_role_is_shown_with_that_role_only(acme, tools):
+    calendar, _, _ = tools
+    root = make_staff(username="root", superuser=True)
+    assign_role(actor=root, tenant=acme, person=root, role="approver", tools=[calendar])
+    [holding] = roles_of(tenant=acme, person=root)
+    assert holding.role.key == "approver" and [t.ref for t in holding.tools] == [calendar.ref]
+
+
 def test_adding_a_new_person_by_email_is_atomic(acme, tools, admin_of_acme):
     calendar, _, foreign = tools
     with pytest.raises(ValidationError):
