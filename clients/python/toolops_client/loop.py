@@ -43,7 +43,7 @@ def _loop(run: Run, model: Callable[..., Any], messages: list[Any], fmt: str, wa
         turn += 1
         say(f"model turn {turn}: {len(tools)} tools offered")
         key = "input" if api == "responses" else "messages"
-        response = yield Invoke(model, {key: conversation, "tools": tools})
+        response = yield Invoke(model, {key: list(conversation), "tools": tools})
         conversation.extend(assistant_turn(response))
         _, proposed = tool_calls(response)
         if not proposed:
