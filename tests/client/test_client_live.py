@@ -55,7 +55,7 @@ def test_an_openai_chat_completion_goes_through_and_answers_tool_messages(client
         assert outcome.state == "OBSERVED" and outcome.waiting_for is None
         assert client.invocation(outcome.invocation_id).state == "OBSERVED"
         assert [e["to_state"] for e in client.invocation(outcome.invocation_id).events()][-1] == "OBSERVED"
-    assert run.data["state"] != "open"  # leaving the block finished the run
+    assert run.data["state"] == "finished"  # leaving the block finished the run
 
 
 def test_an_openai_responses_response_answers_function_call_outputs(client):

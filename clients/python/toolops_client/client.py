@@ -242,6 +242,10 @@ class _Client(_Owner):
             body["on_behalf_of"] = on_behalf_of
         return Run(self, (yield Request("POST", "runs", json=body)))
 
+    def _get_run(self, run_id: str) -> Op:
+        """A run started earlier (its state, budgets used and left)."""
+        return Run(self, (yield Request("GET", f"runs/{run_id}", replayable=True)))
+
     def _invocation(self, invocation_id: str) -> Op:
         return Invocation(self, (yield Request("GET", f"invocations/{invocation_id}", replayable=True)))
 
@@ -259,6 +263,7 @@ class _Client(_Owner):
         return (yield from _follow(entry, call, model_call.format, wait=wait, progress=progress))
 
     invocation = operation(_invocation)
+    get_run = operation(_get_run)
 
 
 def _say(progress: Progress | None, call: ToolCall, record: dict[str, Any]) -> None:
