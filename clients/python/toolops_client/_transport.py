@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx2 as httpx
@@ -49,7 +49,9 @@ class Invoke:
     kwargs: dict[str, Any]
 
 
-Op = Generator["Request | Sleep | Invoke", Any, Any]
+T = TypeVar("T")
+# An operation: yields what it needs, is sent the answers, returns a T (``Op[Run]``, ``Op[dict[str, Any]]``).
+Op = Generator["Request | Sleep | Invoke", Any, T]
 
 
 @dataclass
@@ -144,7 +146,7 @@ async def asend(client: httpx.AsyncClient, policy: RetryPolicy, request: Request
         attempt += 1
 
 
-def drive(op: Op, client: httpx.Client, policy: RetryPolicy) -> Any:
+def drive(op: Op[T], client: httpx.Client, policy: RetryPolicy) -> T:
     """Run an operation to its answer, synchronously; an error is thrown into it where it asked."""
     answer: Any = None
     error: Exception | None = None
@@ -165,7 +167,7 @@ def drive(op: Op, client: httpx.Client, policy: RetryPolicy) -> Any:
         return done.value
 
 
-async def adrive(op: Op, client: httpx.AsyncClient, policy: RetryPolicy) -> Any:
+async def adrive(op: Op[T], client: httpx.AsyncClient, policy: RetryPolicy) -> T:
     """Run an operation to its answer on the event loop (the model may be a coroutine function)."""
     answer: Any = None
     error: Exception | None = None

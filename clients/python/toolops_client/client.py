@@ -8,9 +8,9 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import httpx2 as httpx
 
@@ -28,8 +28,15 @@ Progress = Callable[[str], None]
 Wait = bool | float | None
 
 
-def operation(gen_fn: Callable[..., Op]) -> Callable[..., Any]:
-    """A public method from a request generator: its answer (sync client) or an awaitable (async)."""
+S = TypeVar("S", bound="_Owner")
+P = ParamSpec("P")
+R = TypeVar("R")
+JSON = dict[str, Any]
+
+
+def operation(gen_fn: Callable[Concatenate[S, P], Op[R]]) -> Callable[Concatenate[S, P], R]:
+    """A public method from a request generator: its answer (sync client; the type checker's view) or
+    an awaitable of it (async client: ``AsyncRun`` below spells those types out)."""
 
     @functools.wraps(gen_fn)
     def method(self, *args, **kwargs):
@@ -84,7 +91,7 @@ class ModelCall:
 
 
 class _Owner:
-    _drive: Callable[[Op], Any]
+    _drive: Callable[[Op[Any]], Any]
 
 
 class Invocation(_Owner):
@@ -102,18 +109,18 @@ class Invocation(_Owner):
     def state(self) -> str:
         return self.data["state"]
 
-    def _refresh(self, wait: float = 0) -> Op:
+    def _refresh(self, wait: float = 0) -> Op[Invocation]:
         self.data = yield Request("GET", f"invocations/{self.id}", params={"wait": wait} if wait else {}, replayable=True)
         return self
 
-    def _events(self) -> Op:
+    def _events(self) -> Op[list[JSON]]:
         return (yield Request("GET", f"invocations/{self.id}/events", replayable=True))
 
-    def _cancel(self, reason: str = "") -> Op:
+    def _cancel(self, reason: str = "") -> Op[Invocation]:
         self.data = yield Request("POST", f"invocations/{self.id}/cancel", json={"reason": reason}, replayable=True)
         return self
 
-    def _tool_message(self, format: str = "openai") -> Op:  # noqa: A002 - the API's parameter name
+    def _tool_message(self, format: str = "openai") -> Op[JSON]:  # noqa: A002 - the API's parameter name
         return (yield Request("GET", f"invocations/{self.id}/tool-message", params={"format": format}, replayable=True))
 
     refresh = operation(_refresh)
@@ -140,15 +147,15 @@ class Run(_Owner):
     def __exit__(self, *exc: object) -> None:
         self.finish()
 
-    def _refresh(self) -> Op:
+    def _refresh(self) -> Op[JSON]:
         self.data = yield Request("GET", f"runs/{self.id}", replayable=True)
         return self.data
 
-    def _finish(self) -> Op:
+    def _finish(self) -> Op[JSON]:
         self.data = yield Request("POST", f"runs/{self.id}/finish", replayable=True)
         return self.data
 
-    def _tools(self, format: str = "openai", only: list[str] | None = None) -> Op:  # noqa: A002
+    def _tools(self, format: str = "openai", only: list[str] | None = None) -> Op[list[JSON]]:  # noqa: A002
         """Open the next model call: the tool definitions to hand the model, in ``format``."""
         if format not in TOOL_FORMATS:
             raise ValueError(f"format must be one of {', '.join(TOOL_FORMATS)}")
@@ -160,7 +167,7 @@ class Run(_Owner):
             return [{"type": "function", **t["function"]} for t in call["tools"]]
         return call["tools"]
 
-    def _submit(self, response: Any, *, wait: Wait = None, progress: Progress | None = None) -> Op:
+    def _submit(self, response: Any, *, wait: Wait = None, progress: Progress | None = None) -> Op[ToolMessages]:
         """Propose every tool call of ``response``; the tool messages to append, in its API's shape.
 
         A call waiting for a person answers its pending message at once; with ``wait`` (seconds, or
@@ -191,7 +198,7 @@ class Confirmations(_Owner):
         self._client = client
         self._drive = client._drive
 
-    def _pending(self, state: str = "pending") -> Op:
+    def _pending(self, state: str = "pending") -> Op[list[JSON]]:
         """Every confirmation in ``state`` you may see, all pages, oldest first."""
         found, page = [], 1
         while True:
@@ -201,14 +208,14 @@ class Confirmations(_Owner):
                 return found
             page += 1
 
-    def _get(self, confirmation_id: str) -> Op:
+    def _get(self, confirmation_id: str) -> Op[JSON]:
         return (yield Request("GET", f"confirmations/{confirmation_id}", replayable=True))
 
-    def _approve(self, confirmation_id: str, *, digest: str) -> Op:
+    def _approve(self, confirmation_id: str, *, digest: str) -> Op[JSON]:
         """Approve exactly what you saw: ``digest`` from the confirmation (another one → DigestMismatch)."""
         return (yield Request("POST", f"confirmations/{confirmation_id}/approve", json={"digest": digest}))
 
-    def _deny(self, confirmation_id: str, *, reason: str) -> Op:
+    def _deny(self, confirmation_id: str, *, reason: str) -> Op[JSON]:
         """Deny; the model reads ``reason`` word for word."""
         return (yield Request("POST", f"confirmations/{confirmation_id}/deny", json={"reason": reason}))
 
@@ -234,7 +241,7 @@ class _Client(_Owner):
     _http_class: type = httpx.Client
 
     def _create_run(self, budgets: dict[str, Any] | None, timezone: str, locale: str | None,
-                    metadata: dict[str, Any] | None, on_behalf_of: str | None) -> Op:
+                    metadata: dict[str, Any] | None, on_behalf_of: str | None) -> Op[Run]:
         body: dict[str, Any] = {"timezone": timezone, "budgets": budgets or {}, "metadata": metadata or {}}
         if locale:
             body["locale"] = locale
@@ -242,14 +249,14 @@ class _Client(_Owner):
             body["on_behalf_of"] = on_behalf_of
         return Run(self, (yield Request("POST", "runs", json=body)))
 
-    def _get_run(self, run_id: str) -> Op:
+    def _get_run(self, run_id: str) -> Op[Run]:
         """A run started earlier (its state, budgets used and left)."""
         return Run(self, (yield Request("GET", f"runs/{run_id}", replayable=True)))
 
-    def _invocation(self, invocation_id: str) -> Op:
+    def _invocation(self, invocation_id: str) -> Op[Invocation]:
         return Invocation(self, (yield Request("GET", f"invocations/{invocation_id}", replayable=True)))
 
-    def _propose(self, model_call: ModelCall, call: ToolCall, *, wait: Wait, progress: Progress | None) -> Op:
+    def _propose(self, model_call: ModelCall, call: ToolCall, *, wait: Wait, progress: Progress | None) -> Op[CallOutcome]:
         """One tool call: posted with its own Idempotency-Key (the same on every retry), then followed
         until it has a message for the model — and, with ``wait``, until a person decided it."""
         answer = yield Request(
@@ -283,7 +290,7 @@ def _say(progress: Progress | None, call: ToolCall, record: dict[str, Any]) -> N
     progress(f"{call.name} ({call.proposal_id}) → invocation {record['id']}: {status}")
 
 
-def _follow(entry: dict[str, Any], call: ToolCall, fmt: str, *, wait: Wait, progress: Progress | None) -> Op:
+def _follow(entry: dict[str, Any], call: ToolCall, fmt: str, *, wait: Wait, progress: Progress | None) -> Op[CallOutcome]:
     record, message = entry, entry.get("tool_message")
     deadline = None if wait is True else time.monotonic() + float(wait or 0)
     _say(progress, call, record)
@@ -311,7 +318,7 @@ class ToolOps(_Client):
 
     _http_class = httpx.Client
 
-    def _drive(self, op: Op) -> Any:
+    def _drive(self, op: Op[R]) -> R:
         return drive(op, self._http, self._policy)
 
     def run(self, *, budgets: dict[str, Any] | None = None, timezone: str = "UTC", locale: str | None = None,
@@ -332,18 +339,20 @@ class ToolOps(_Client):
 class _AsyncRunStart:
     """``await client.run(…)`` or ``async with client.run(…) as run``."""
 
-    def __init__(self, client: AsyncToolOps, op: Op):
-        self._client, self._op, self._run = client, op, None
+    def __init__(self, client: AsyncToolOps, op: Op[Run]):
+        self._client, self._op = client, op
+        self._run: AsyncRun | None = None
 
-    def __await__(self) -> Iterator[Any]:
+    def __await__(self) -> Generator[Any, None, AsyncRun]:
         return self._client._drive(self._op).__await__()
 
     async def __aenter__(self) -> AsyncRun:
-        self._run = await self
-        return self._run
+        self._run = run = await self
+        return run
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._run.finish()
+        if self._run is not None:
+            await self._run.finish()
 
 
 class AsyncToolOps(_Client):
@@ -351,7 +360,7 @@ class AsyncToolOps(_Client):
 
     _http_class = httpx.AsyncClient
 
-    def _drive(self, op: Op) -> Any:
+    def _drive(self, op: Op[R]) -> Any:
         return adrive(op, self._http, self._policy)
 
     def run(self, *, budgets: dict[str, Any] | None = None, timezone: str = "UTC", locale: str | None = None,
@@ -368,11 +377,18 @@ class AsyncToolOps(_Client):
         await self.aclose()
 
 
-if TYPE_CHECKING:  # what a type checker sees of the async client's objects: the same methods, awaited
-    class AsyncRun(Run):
-        async def tools(self, format: str = "openai", only: list[str] | None = None) -> list[dict[str, Any]]: ...  # noqa: A002
+if TYPE_CHECKING:  # what a type checker sees of the async client's run: the same methods, awaited
+    class AsyncRun(_Owner):
+        data: JSON
+        model_call: ModelCall | None
+
+        @property
+        def id(self) -> str: ...
+        def _tools(self, format: str = "openai", only: list[str] | None = None) -> Op[list[JSON]]: ...  # noqa: A002
+        def _submit(self, response: Any, *, wait: Wait = None, progress: Progress | None = None) -> Op[ToolMessages]: ...
+        async def tools(self, format: str = "openai", only: list[str] | None = None) -> list[JSON]: ...  # noqa: A002
         async def submit(self, response: Any, *, wait: Wait = None, progress: Progress | None = None) -> ToolMessages: ...
-        async def refresh(self) -> dict[str, Any]: ...
-        async def finish(self) -> dict[str, Any]: ...
+        async def refresh(self) -> JSON: ...
+        async def finish(self) -> JSON: ...
 else:
     AsyncRun = Run

@@ -27,8 +27,8 @@ class LoopResult:
     calls: list[Any] = field(default_factory=list)
 
 
-def _loop(run: Run, model: Callable[..., Any], messages: list[Any], fmt: str, wait: Wait,
-          progress: Progress | None) -> Op:
+def _loop(run: Run | AsyncRun, model: Callable[..., Any], messages: list[Any], fmt: str, wait: Wait,
+          progress: Progress | None) -> Op[LoopResult]:
     say = progress or (lambda line: None)
     api = TOOL_FORMATS[fmt][1]
     conversation = list(messages)

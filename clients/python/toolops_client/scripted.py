@@ -14,7 +14,8 @@ Turn = list[tuple[str, Any]] | str
 
 class _Scripted:
     def __init__(self, turns: list[Turn]):
-        self.turns, self.seen = list(turns), []
+        self.turns = list(turns)
+        self.seen: list[dict[str, Any]] = []
 
     def __call__(self, **request: Any) -> dict[str, Any]:
         self.seen.append(request)
@@ -25,6 +26,12 @@ class _Scripted:
         if isinstance(turn, str):
             return self._text(turn)
         return self._calls([(f"{n}_{i}", name, args) for i, (name, args) in enumerate(turn)])
+
+    def _text(self, text: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _calls(self, calls: list[tuple[str, str, Any]]) -> dict[str, Any]:
+        raise NotImplementedError
 
     @staticmethod
     def _raw(args: Any) -> str:
