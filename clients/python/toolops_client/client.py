@@ -21,7 +21,7 @@ from toolops_client.formats import TOOL_FORMATS, Api, ToolCall, tool_calls, tool
 # The states a call never leaves (ToolOps' TERMINAL; tests/client checks they agree).
 FINAL_STATES = frozenset({"OBSERVED", "PARSE_REJECTED", "VALIDATION_REJECTED", "AUTHORIZATION_REJECTED",
                           "CANCELLED_BEFORE_COMMIT", "FAILED_BEFORE_COMMIT", "FAILED_AFTER_COMMIT"})
-SERVER_WAIT = 30  # ?wait= on proposals and polls; ToolOps caps it (TOOLOPS_MAX_WAIT_SECONDS)
+SERVER_WAIT = 30  # ?wait= on polls; ToolOps caps it (TOOLOPS_MAX_WAIT_SECONDS)
 PERSON_POLL = 1.0  # seconds between looks while a person decides
 
 Progress = Callable[[str], None]
@@ -179,9 +179,14 @@ class Run(_Owner):
         if (api == "anthropic") != (model_call.format == "anthropic"):
             raise ValueError(f"a {api} response needs run.tools(format="
                              f"{'anthropic' if api == 'anthropic' else 'openai'!r}) before the model call")
-        outcomes = []
+        # All proposed first, so they run side by side; then each followed to its message.
+        entries = []
         for call in calls:
-            outcome = yield from self._client._propose(model_call, call, wait=wait, progress=progress)
+            entry = yield from self._client._propose(model_call, call)
+            entries.append(entry)
+        outcomes = []
+        for call, entry in zip(calls, entries):
+            outcome = yield from _follow(entry, call, model_call.format, wait=wait, progress=progress)
             outcomes.append(outcome)
         return ToolMessages(tool_messages(api, [o.message for o in outcomes]), outcomes)
 
@@ -256,18 +261,17 @@ class _Client(_Owner):
     def _invocation(self, invocation_id: str) -> Op[Invocation]:
         return Invocation(self, (yield Request("GET", f"invocations/{invocation_id}", replayable=True)))
 
-    def _propose(self, model_call: ModelCall, call: ToolCall, *, wait: Wait, progress: Progress | None) -> Op[CallOutcome]:
-        """One tool call: posted with its own Idempotency-Key (the same on every retry), then followed
-        until it has a message for the model — and, with ``wait``, until a person decided it."""
+    def _propose(self, model_call: ModelCall, call: ToolCall) -> Op[JSON]:
+        """One tool call, posted with its own Idempotency-Key (the same on every retry): its compact answer."""
         answer = yield Request(
-            "POST", f"model-calls/{model_call.id}/proposals", json=call.body, params={"wait": SERVER_WAIT},
+            "POST", f"model-calls/{model_call.id}/proposals", json=call.body,
             headers={"Idempotency-Key": f"toolops-client-{uuid.uuid4().hex}", "Prefer": "return=minimal"},
             replayable=True,
         )
         entry = answer["invocations"][0] if "invocations" in answer else answer
         if entry.get("kind") == "refusal":  # a run budget refused it (Anthropic content answers as a batch)
             raise BudgetExhausted({**entry["error"], **entry["error"].get("detail", {})}, 429)
-        return (yield from _follow(entry, call, model_call.format, wait=wait, progress=progress))
+        return entry
 
     invocation = operation(_invocation)
     get_run = operation(_get_run)
@@ -291,9 +295,12 @@ def _say(progress: Progress | None, call: ToolCall, record: dict[str, Any]) -> N
 
 
 def _follow(entry: dict[str, Any], call: ToolCall, fmt: str, *, wait: Wait, progress: Progress | None) -> Op[CallOutcome]:
+    """A proposed call, followed until it has a message for the model — and, with ``wait``, until the
+    person it waits for decided it."""
     record, message = entry, entry.get("tool_message")
     deadline = None if wait is True else time.monotonic() + float(wait or 0)
-    _say(progress, call, record)
+    if record["state"] in FINAL_STATES or waiting_for(record):  # a call that just runs is told once, when done
+        _say(progress, call, record)
     while True:
         person = waiting_for(record)
         out_of_time = not wait or (deadline is not None and time.monotonic() >= deadline)
@@ -304,8 +311,9 @@ def _follow(entry: dict[str, Any], call: ToolCall, fmt: str, *, wait: Wait, prog
             yield Sleep(PERSON_POLL)  # ToolOps answers a poll at once while a person decides
         seen = (record["state"], person)
         record = yield Request("GET", f"invocations/{record['id']}", params={"wait": SERVER_WAIT}, replayable=True)
-        if (record["state"], waiting_for(record)) != seen:
-            _say(progress, call, record)
+        if (record["state"], waiting_for(record)) != seen and (
+                record["state"] in FINAL_STATES or waiting_for(record) or seen[1] is not None):
+            _say(progress, call, record)  # done, waiting for someone, or just decided
         if record["state"] in FINAL_STATES or waiting_for(record):
             message = yield Request("GET", f"invocations/{record['id']}/tool-message", params={"format": fmt},
                                     replayable=True)
