@@ -20,6 +20,16 @@ class PayloadTooLarge(APIException):
     default_detail = "request body too large"
 
 
+RAW_BODY_ATTRIBUTE = "toolops_raw_body"
+
+
+def raw_body(request) -> bytes:
+    """The JSON body exactly as it arrived (after ``request.data`` was read): where a proposal's bytes
+    are cut from when the model's arguments travel as a JSON value (Anthropic ``tool_use.input``)."""
+    request.data  # noqa: B018 - parses the body, which keeps its bytes
+    return getattr(request._request, RAW_BODY_ATTRIBUTE, b"")
+
+
 class DepthLimitedJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         body = stream.read(settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1) if stream is not None else b""
@@ -29,4 +39,6 @@ class DepthLimitedJSONParser(JSONParser):
             check_depth(body.decode("utf-8", errors="replace"), MAX_BODY_DEPTH)
         except ParseRejected:
             raise ParseError(f"request body nested deeper than {MAX_BODY_DEPTH}") from None
+        if parser_context and "request" in parser_context:
+            setattr(parser_context["request"]._request, RAW_BODY_ATTRIBUTE, body)
         return super().parse(io.BytesIO(body), media_type, parser_context)

@@ -644,3 +644,29 @@ class ProposalBytesIn(serializers.Serializer):
     proposal_id = StrictCharField(max_length=200)
     name = StrictCharField(max_length=500, trim_whitespace=False)
     arguments_b64 = StrictCharField(allow_blank=True, validators=[BASE64], help_text="standard base64 of the raw argument bytes")
+
+
+class AnthropicToolUseIn(serializers.Serializer):
+    """One Anthropic ``tool_use`` content block (model call format ``anthropic``); its ``input`` is
+    recorded as the exact bytes that arrived."""
+
+    type = serializers.ChoiceField(choices=["tool_use"])
+    id = StrictCharField(max_length=200, help_text="the proposal id; the tool_result answers it as tool_use_id")
+    name = StrictCharField(max_length=500, trim_whitespace=False)
+    input = serializers.JSONField(help_text="the tool's arguments as the model produced them")
+
+
+class AnthropicMessageIn(serializers.Serializer):
+    """An Anthropic assistant Message (or just its ``content``, as a list): its ``tool_use`` blocks
+    are proposed in order, other blocks are ignored."""
+
+    content = serializers.ListField(child=serializers.DictField(), help_text="content blocks; tool_use ones are proposed")
+
+
+class AnthropicBatchOut(InvocationBatchOut):
+    """The answer to Anthropic content: the batch, and the next user turn's ``tool_result`` blocks."""
+
+    tool_results = serializers.ListField(
+        child=AnthropicToolResultOut(allow_null=True),
+        help_text="one per tool_use block, in order: the tool_result to send back now, null while the call runs",
+    )

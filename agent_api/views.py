@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 
 from django.conf import settings
@@ -18,6 +19,7 @@ from specs_app.selectors import toolspec_renderable
 from agent_api.minimal import InvocationMinimalOut, invocations_minimal, prefers_minimal
 from agent_api.schema import problem_responses
 from toolops.errors import ApplicationError
+from toolops.model_io.anthropic_tool_use import EXPECTED_SHAPES, ToolUseShapeError, is_tool_use_body, tool_uses
 from toolops.model_io.rendering import rendering_metadata
 from toolops.runtime.states import State
 
@@ -25,11 +27,13 @@ from invocations_app import selectors
 from invocations_app.admission import proposal_admit
 from invocations_app.cancellation import invocation_cancel
 from invocations_app.runs import model_call_create, run_create, run_finish
-from invocations_app.tool_messages import result_binary, result_page, tool_message
+from invocations_app.tool_messages import current_messages, result_binary, result_page, tool_message
+from agent_api.parsers import raw_body
 from agent_api.serializers import (
-    AnthropicToolResultOut, CancelIn, EventOut, InvocationBatchOut, InvocationOut, InvocationRecordOut,
+    AnthropicBatchOut, AnthropicMessageIn, AnthropicToolResultOut, AnthropicToolUseIn, CancelIn, EventOut, InvocationBatchOut, InvocationOut, InvocationRecordOut,
     MCPCallToolResultOut, ModelCallIn, ModelCallOut, OpenAIToolCallsIn, OpenAIToolMessageOut, ProposalBytesIn,
-    ProposalIn, ProposalTextIn, ResultPageOut, RunIn, RunOut, invocation_to_dict, refusal_to_dict, run_to_dict,
+    ProposalIn, ProposalTextIn, ResultPageOut, RunIn, RunOut, TooManyToolCalls, invocation_to_dict, refusal_to_dict,
+    run_to_dict,
 )
 from invocations_app.models import Invocation
 
@@ -45,11 +49,11 @@ IDEMPOTENCY_HEADER = OpenApiParameter(
 # The three shapes a proposals POST may take (exactly one of them).
 PROPOSAL_REQUEST = PolymorphicProxySerializer(
     component_name="Proposal",
-    serializers=[ProposalTextIn, ProposalBytesIn, OpenAIToolCallsIn],
+    serializers=[ProposalTextIn, ProposalBytesIn, OpenAIToolCallsIn, AnthropicToolUseIn, AnthropicMessageIn],
     resource_type_field_name=None,
 )
 PROPOSAL_ANSWER = PolymorphicProxySerializer(
-    component_name="ProposalAnswer", serializers=[InvocationOut, InvocationBatchOut, InvocationMinimalOut],
+    component_name="ProposalAnswer", serializers=[InvocationOut, InvocationBatchOut, AnthropicBatchOut, InvocationMinimalOut],
     resource_type_field_name=None,
 )
 PREFER_HEADER = OpenApiParameter(
@@ -139,11 +143,14 @@ class ProposalCreateView(APIView):
                 429: ["budget_exhausted"],
             }, body=True),
         },
-        summary="Post a proposal (or OpenAI-shaped tool_calls); rejections are states, not HTTP errors",
+        summary="Post a proposal (or OpenAI tool_calls, or Anthropic tool_use blocks); rejections are states, not HTTP errors",
         description=(
             "The body is exactly one of: a proposal with `arguments` (the model's raw text), a proposal with "
-            "`arguments_b64` (any bytes), or an OpenAI `tool_calls` list (at most TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST "
-            "entries). A single proposal answers one invocation; `tool_calls` answers `{\"invocations\": [...]}` "
+            "`arguments_b64` (any bytes), an OpenAI `tool_calls` list (at most TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST "
+            "entries), or — on a model call in format `anthropic` — Anthropic content as the Messages API returns it: one "
+            "`tool_use` block, the list of content blocks, or the whole Message (other blocks ignored; each `input` is "
+            "recorded as the exact bytes sent; the answer adds `tool_results`, one `tool_result` block per tool_use, null "
+            "while that call runs). A single proposal answers one invocation; `tool_calls` answers `{\"invocations\": [...]}` "
             "with one entry per tool call, in order: the invocation, or — when a run budget refused it — the recorded "
             "refusal (`kind: \"refusal\"`, its `id`, the `proposal` and the `error`). Calls admitted before a "
             "refusal are never undone. A single refused proposal answers `429 budget_exhausted` naming the recorded "
@@ -152,10 +159,15 @@ class ProposalCreateView(APIView):
     )
     def post(self, request, model_call_id):
         call = selectors.model_call_get(subject=_subject(request), model_call_id=model_call_id)
-        batch = isinstance(request.data, dict) and "tool_calls" in request.data
-        proposals = _valid(OpenAIToolCallsIn, request.data, to=lambda s: s.to_proposals()) if batch else [
-            _valid(ProposalIn, request.data)
-        ]
+        data = request.data
+        tool_use = _is_tool_use(call, data)
+        batch = tool_use or (isinstance(data, dict) and "tool_calls" in data)
+        if tool_use:
+            proposals = _tool_use_proposals(request, data)
+        elif batch:
+            proposals = _valid(OpenAIToolCallsIn, data, to=lambda s: s.to_proposals())
+        else:
+            proposals = [_valid(ProposalIn, data)]
         results = [self._admit(request, call, p, batch=batch) for p in proposals]
         invocations = [inv for inv, _ in results if isinstance(inv, Invocation)]
         wait = _wait_seconds(request)
@@ -172,7 +184,10 @@ class ProposalCreateView(APIView):
         else:
             shape = invocation_to_dict
         body = [shape(inv) if isinstance(inv, Invocation) else inv for inv, _ in results]
-        response = Response({"invocations": body} if batch else body[0], status=code)
+        answer = {"invocations": body} if batch else body[0]
+        if tool_use:  # the user turn's content, as the Messages API takes it back
+            answer["tool_results"] = _tool_results([inv for inv, _ in results], invocations)
+        response = Response(answer, status=code)
         patch_vary_headers(response, ["Prefer"])
         if minimal:
             response["Preference-Applied"] = "return=minimal"
@@ -230,6 +245,42 @@ class InvocationCancelView(APIView):
         request.trace_id = inv.trace_id
         pending = inv.state == State.EXECUTING and inv.cancel_requested_at is not None
         return Response(invocation_to_dict(inv), status=status.HTTP_202_ACCEPTED if pending else status.HTTP_200_OK)
+
+
+def _is_tool_use(call, data) -> bool:
+    """Anthropic content (tool_use blocks) rather than a proposal or OpenAI tool_calls: on an
+    ``anthropic`` model call, anything that is not one of those two shapes is read as content, so a
+    wrong shape is answered with the shapes expected."""
+    if isinstance(data, dict) and ("proposal_id" in data or "tool_calls" in data):
+        return False
+    if call.format != "anthropic" and is_tool_use_body(data):
+        raise ApplicationError(
+            f"tool_use content blocks are taken on a model call in format anthropic; this one is {call.format}",
+            code="malformed_request", extra={"expected": EXPECTED_SHAPES},
+        )
+    return call.format == "anthropic"
+
+
+def _tool_use_proposals(request, data) -> list[dict]:
+    try:
+        uses = tool_uses(data, raw_body(request))
+    except ToolUseShapeError as exc:
+        raise ApplicationError(str(exc), code="malformed_request", extra={"expected": EXPECTED_SHAPES}) from None
+    cap = settings.TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST
+    if len(uses) > cap:  # counted before any is admitted: nothing of an oversized batch is created
+        raise TooManyToolCalls(f"{len(uses)} tool_use blocks in one request; at most {cap} "
+                               "(TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST)", extra={"max_tool_calls": cap})
+    return [{"proposal_id": u.proposal_id, "name": u.name, "arguments_bytes": u.arguments_bytes} for u in uses]
+
+
+def _tool_results(entries: list, invocations: list[Invocation]) -> list:
+    """One ``tool_result`` block per tool_use block, in order: the message for the model now, or
+    null while that call runs (or when a run budget refused it: the entry says why)."""
+    messages = current_messages(invocations=invocations, fmt="anthropic")
+    return [
+        json.loads(messages[inv.pk][1]) if isinstance(inv, Invocation) and messages.get(inv.pk) else None
+        for inv in entries
+    ]
 
 
 def _valid(serializer_class, data, to=None):

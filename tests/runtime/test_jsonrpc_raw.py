@@ -45,3 +45,15 @@ def test_it_finds_scalar_and_string_values():
 def test_it_refuses_a_body_that_is_not_json():
     with pytest.raises(RawJSONError):
         member_bytes(b'{"params":{"arguments":{"a":1}', ARGS)
+
+
+def test_it_follows_array_indexes_to_an_anthropic_tool_use_input():
+    body = b'{"content":[{"type":"text","text":"[\\"]"}, {"type":"tool_use","input":{ "a" : [1,{"b":2}] }}]}'
+    assert member_bytes(body, ("content", 1, "input")) == b'{ "a" : [1,{"b":2}] }'
+    assert member_bytes(b'[ {"input":{}} , {"input":[]} ]', (1, "input")) == b"[]"
+
+
+def test_it_answers_none_for_an_index_past_the_end_or_on_an_object():
+    assert member_bytes(b'{"content":[{"input":{}}]}', ("content", 1, "input")) is None
+    assert member_bytes(b'{"content":[]}', ("content", 0)) is None
+    assert member_bytes(b'{"content":{"0":1}}', ("content", 0)) is None

@@ -10,7 +10,9 @@ exactly as it judges a REST proposal — duplicate keys inside ``arguments`` bec
 ``parse_rejected``, not a silently merged object.
 
 The scanner only finds spans: it assumes the body is JSON the SDK already accepted, and it
-answers ``None`` rather than guessing when the shape is not what it expects. Member names are
+answers ``None`` rather than guessing when the shape is not what it expects. The agent API cuts
+an Anthropic ``tool_use`` block's ``input`` out of a proposals body the same way (paths then hold
+array indexes too: ``("content", 2, "input")``). Member names are
 compared after JSON unescaping (``"\\u0070arams"`` is ``params``); when the envelope repeats a
 member, the last one is taken, as the SDK's parser does.
 """
@@ -29,19 +31,19 @@ class RawJSONError(ValueError):
     """The body is not the JSON shape the scanner expects."""
 
 
-def member_span(body: bytes, path: tuple[str, ...]) -> tuple[int, int] | None:
-    """``(start, end)`` of the value at ``path`` (object member names from the top), or None
-    when a member on the path is absent or an enclosing value is not an object."""
+def member_span(body: bytes, path: tuple[str | int, ...]) -> tuple[int, int] | None:
+    """``(start, end)`` of the value at ``path`` (object member names, or array indexes, from the
+    top), or None when a step on the path is absent or its enclosing value has another type."""
     start, end = _value_span(body, _skip_ws(body, 0))
-    for name in path:
-        found = _member(body, start, end, name)
+    for step in path:
+        found = _element(body, start, step) if isinstance(step, int) else _member(body, start, end, step)
         if found is None:
             return None
         start, end = found
     return start, end
 
 
-def member_bytes(body: bytes, path: tuple[str, ...]) -> bytes | None:
+def member_bytes(body: bytes, path: tuple[str | int, ...]) -> bytes | None:
     """The raw bytes of the value at ``path`` (see ``member_span``)."""
     span = member_span(body, path)
     return None if span is None else body[span[0]:span[1]]
@@ -78,6 +80,29 @@ def _member(body: bytes, start: int, end: int, name: str) -> tuple[int, int] | N
             return found
         else:
             raise RawJSONError(f"expected ',' or '}}' at byte {i}")
+
+
+def _element(body: bytes, start: int, index: int) -> tuple[int, int] | None:
+    """The span of element ``index`` of the array starting at ``body[start]``."""
+    if body[start:start + 1] != b"[":
+        return None
+    i = _skip_ws(body, start + 1)
+    if body[i:i + 1] == b"]":
+        return None
+    position = 0
+    while True:
+        value_start, value_end = _value_span(body, i)
+        if position == index:
+            return value_start, value_end
+        i = _skip_ws(body, value_end)
+        sep = body[i:i + 1]
+        if sep == b",":
+            i = _skip_ws(body, i + 1)
+            position += 1
+        elif sep == b"]":
+            return None
+        else:
+            raise RawJSONError(f"expected ',' or ']' at byte {i}")
 
 
 def _value_span(body: bytes, i: int) -> tuple[int, int]:
