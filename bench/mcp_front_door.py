@@ -14,7 +14,7 @@ concurrency 2), the demo services. One client process runs the official ``mcp`` 
 * direct: ``GET <demo page>`` with the same HTTP client — the same tool call without ToolOps.
 * pending: ``tools/call calendar-create_event_v1`` (needs confirmation) → the
   ``pending_confirmation`` answer.
-* plumbing: ``tools/call toolops.invocation_status`` for an unknown id — HTTP, the SDK, the
+* plumbing: ``tools/call toolops_invocation_status`` for an unknown id — HTTP, the SDK, the
   token check and one indexed read, no pipeline: the part of the added latency that is not ToolOps'
   record-keeping.
 
@@ -129,7 +129,7 @@ async def measure(mcp_url: str, page_url: str, n: int, pending_n: int) -> dict[s
                 out["direct"].append(direct_ms)
         for i in range(n):  # the front door's own plumbing: HTTP + SDK + token check + one indexed read
             start = time.perf_counter()
-            await client.call_tool("toolops.invocation_status", {"invocation_id": str(uuid.uuid4())})
+            await client.call_tool("toolops_invocation_status", {"invocation_id": str(uuid.uuid4())})
             out["plumbing"].append((time.perf_counter() - start) * 1000)
         for i in range(pending_n):
             args = {"calendar_id": "primary", "title": f"bench {i} {uuid.uuid4().hex[:6]}",

@@ -44,7 +44,14 @@ from mcp_server.runs import mcp_run_and_listing, mcp_run_get_or_open, run_rule
 
 logger = logging.getLogger(__name__)
 
-STATUS_TOOL = "toolops.invocation_status"
+# The built-in status tool. Its name is one every model API accepts (OpenAI, Anthropic and Gemini
+# function names: letters, digits, "_" and "-"); it can never be a ToolSpec's model-facing name,
+# which always ends in "_v<version>".
+STATUS_TOOL = "toolops_invocation_status"
+# Its name until issue 33: a dot, which OpenAI refuses in a function name (and the OpenAI Agents
+# SDK passes MCP names through). Still answered for one release, never listed.
+LEGACY_STATUS_TOOL = "toolops.invocation_status"
+STATUS_TOOL_NAMES = frozenset({STATUS_TOOL, LEGACY_STATUS_TOOL})
 IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
 # Same rule as the REST API's Idempotency-Key header: 1–255 visible ASCII characters.
 _KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
@@ -321,7 +328,7 @@ def pending_confirmation_result(invocation_id, expires_at: datetime) -> dict:
 
 
 def mcp_status(*, subject: Subject, arguments: dict | None) -> dict:
-    """The built-in ``toolops.invocation_status``: final → the call's own recorded answer."""
+    """The built-in ``toolops_invocation_status``: final → the call's own recorded answer."""
     invocation_id = (arguments or {}).get("invocation_id")
     try:
         invocation_id = uuid.UUID(invocation_id)

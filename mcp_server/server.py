@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolops.model_io.jsonrpc_raw import RawJSONError, member_bytes
 
 from mcp_server.calls import (
-    STATUS_TOOL, McpRequest, mcp_call_poll, mcp_call_still_running, mcp_status, mcp_tool_call, mcp_tools_list,
+    STATUS_TOOL, STATUS_TOOL_NAMES, McpRequest, mcp_call_poll, mcp_call_still_running, mcp_status, mcp_tool_call, mcp_tools_list,
 )
 from mcp_server.db import in_db_thread, install_db_executor
 from mcp_server.elicitation import (
@@ -114,7 +114,7 @@ async def on_call_tool(
     declared on this request: the tasks extension → a task; URL elicitation → an input-required
     answer; neither → the plain pending_confirmation result."""
     request = _request(ctx)
-    if params.name == STATUS_TOOL:
+    if params.name in STATUS_TOOL_NAMES:
         result = await in_db_thread(mcp_status, subject=request.subject, arguments=params.arguments)
         return types.CallToolResult.model_validate(result)
     if params.request_state is not None:
