@@ -88,6 +88,7 @@ class McpRequest:
     request_id: str | int | None
     protocol_version: str
     meta: dict
+    oauth_client: dict | None = None  # the OAuth client the request came through (None: an API token)
 
     @property
     def trace(self) -> TraceContext | None:
@@ -101,6 +102,10 @@ class McpRequest:
         rule = run_rule(session_id=self.session_id, meta=self.meta)
         origin = {"transport": "mcp", "protocol_version": self.protocol_version, "session_id": self.session_id,
                   "request_id": _recorded_id(self.request_id), "run_rule": rule.kind}
+        if self.oauth_client is not None:
+            # The client names itself (registration or metadata document): kept as a record can hold it.
+            origin["oauth_client"] = {key: storable_text(str(value), max_chars=_REQUEST_ID_CHARS)
+                                      for key, value in self.oauth_client.items()}
         tracestate = _text(self.meta.get("tracestate"))
         if tracestate:
             origin["tracestate"] = storable_text(tracestate, max_chars=_TRACESTATE_CHARS)

@@ -40,7 +40,7 @@ from mcp_server.elicitation import (
     client_accepts_url_elicitation, confirmation_elicitation, confirmation_state_redeem, confirmation_state_seal,
 )
 from mcp_server.errors import ErrorsAsJsonRpc
-from mcp_server.identity import ApiTokenVerifier, request_subject
+from mcp_server.identity import ApiTokenVerifier, request_oauth_client, request_subject
 from mcp_server.rate_limit import TokenRateLimit
 from mcp_server.tasks import EXTENSION as TASKS_EXTENSION
 from mcp_server.tasks import (
@@ -86,6 +86,7 @@ def _request(ctx: ServerRequestContext[Any, Any]) -> McpRequest:
     return McpRequest(
         subject=request_subject(http), session_id=http.headers.get(SESSION_HEADER), request_id=ctx.request_id,
         protocol_version=ctx.protocol_version, meta=dict(meta) if isinstance(meta, dict) else {},
+        oauth_client=request_oauth_client(http),
     )
 
 
@@ -355,10 +356,11 @@ def build_app() -> ASGIApp:
         max_request_body_size=settings.TOOLOPS_MCP_MAX_BODY_BYTES,
         transport_security=transport_security(),
         auth=AuthSettings(
-            # ToolOps tokens are issued by an admin in the console, not by an OAuth flow: the
-            # console is named as the authorization server so clients know where tokens come from.
+            # The console is the authorization server (oauth/): MCP clients sign a person in
+            # there; API tokens an admin issues in the console work as well.
             issuer_url=settings.TOOLOPS_CONSOLE_URL, resource_server_url=settings.TOOLOPS_MCP_URL,
-            # The verifier looks tokens up by hash; they are not audience-bound JWTs.
+            # The verifier checks an OAuth token's bound resource itself (identity.py); API
+            # tokens are not audience-bound.
             validate_token_resource=False,
         ),
         token_verifier=ApiTokenVerifier(),

@@ -73,7 +73,7 @@ class SubjectForm(forms.ModelForm):
 
     class Meta:
         model = Subject
-        fields = ["tenant", "name", "is_active", "acts_for"]
+        fields = ["tenant", "name", "is_active", "acts_for", "timezone", "locale"]
 
     def clean(self):
         data = super().clean()
@@ -90,7 +90,7 @@ class SubjectAdmin(admin.ModelAdmin):
     acts for them, and they can never approve its calls (docs/approvals.md)."""
 
     form = SubjectForm
-    list_display = ["name", "tenant", "acts_for", "is_active", "created_at"]
+    list_display = ["name", "tenant", "acts_for", "timezone", "is_active", "created_at"]
     list_filter = ["tenant", "is_active"]
     search_fields = ["name", "tenant__slug", "acts_for__username"]
     list_select_related = ["tenant", "acts_for"]

@@ -25,5 +25,6 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
     re_path(r"^api/(?P<rest>.*)$", api_not_found),
     path("console/", include("control.urls")),  # staff pages: control/
+    path("", include("oauth.urls")),  # issue 33: the MCP front door's OAuth server (metadata, authorize, token…)
     path("", admin.site.urls),
 ]
