@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
 from django import forms
 from django.conf import settings
@@ -57,6 +58,16 @@ class ConsentView(AuthorizationView):
             context["application"] = get_application_model().objects.filter(client_id=client_id).first()
             context["redirect_uri"] = form.data.get("redirect_uri") if form.is_bound else None
         return context
+
+    def render_to_response(self, context, **kwargs):
+        """The page's form posts here and is answered with a redirect to the client: the
+        Content-Security-Policy's ``form-action`` must let the browser follow it (Chromium checks
+        redirects after a form submission), for the client's validated redirect origin only."""
+        response = super().render_to_response(context, **kwargs)
+        parts = urlsplit(context.get("redirect_uri") or "")
+        if parts.scheme in ("http", "https") and parts.netloc:
+            response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}
+        return response
 
     def validate_authorization_request(self, request):
         scopes, credentials = super().validate_authorization_request(request)
