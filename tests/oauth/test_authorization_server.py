@@ -289,3 +289,33 @@ def test_a_metadata_document_with_a_foreign_redirect_is_refused(world, monkeypat
 def test_the_metadata_fetcher_refuses_private_addresses_and_non_https_urls(url):
     with pytest.raises(CIMDError):
         EgressMetadataFetcher().fetch(url)
+
+
+# --- the console -------------------------------------------------------------------------------
+
+def test_registered_clients_are_listed_and_removable_in_the_console_with_their_consents(world):
+    code, verifier = world.code()
+    tokens = world.exchange(code, verifier).json()
+    admin = logged_in_client(make_staff(username="root", superuser=True))
+    app = get_application_model().objects.get(client_id=world.client_id)
+    listing = admin.get("/oauth2_provider/application/").content.decode()
+    assert "Desk client" in listing
+    consents = admin.get("/oauth/agentconsent/").content.decode()
+    assert "planner" in consents and "alice" in consents
+    answer = admin.post("/oauth2_provider/application/", {"action": "remove", "_selected_action": [app.pk]})
+    assert answer.status_code == 302
+    assert not get_application_model().objects.filter(pk=app.pk).exists() and not AgentConsent.objects.exists()
+    remembered.clear()
+    assert oauth_token_verify(secret=tokens["access_token"]) is None
+
+
+def test_revoking_a_consent_in_the_console_ends_its_tokens_at_once(world):
+    code, verifier = world.code()
+    tokens = world.exchange(code, verifier).json()
+    assert oauth_token_verify(secret=tokens["access_token"]) is not None  # now remembered
+    admin = logged_in_client(make_staff(username="root", superuser=True))
+    consent = AgentConsent.objects.get()
+    answer = admin.post("/oauth/agentconsent/", {"action": "revoke", "_selected_action": [consent.pk]})
+    assert answer.status_code == 302
+    assert oauth_token_verify(secret=tokens["access_token"]) is None
+    assert world.token(grant_type="refresh_token", refresh_token=tokens["refresh_token"]).json()["error"] == "invalid_grant"

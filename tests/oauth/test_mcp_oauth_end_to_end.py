@@ -7,20 +7,17 @@ from __future__ import annotations
 import queue
 import secrets
 import threading
-import uuid
-from datetime import timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import anyio
 import httpx2
 import pytest
-from django.utils import timezone
 from guardian.shortcuts import assign_perm
-from oauth2_provider.models import get_access_token_model, get_application_model, get_refresh_token_model
+from oauth2_provider.models import get_application_model
 
+from devtools.oauth_tokens import issue_consented_token
 from invocations_app.models import Invocation
 from oauth.models import AgentConsent
-from oauth.tokens import checksum
 from specs_app.models import Subject
 from tests.browser.conftest import browser, login, page  # noqa: F401 - fixtures used here
 from tests.builders import PASSWORD, make_staff
@@ -157,24 +154,8 @@ def _mcp_status(server: McpServer, token: str | None) -> httpx2.Response:
 
 
 def _mint(*, subject, resource: str, expires_in: int = 900) -> str:
-    """A token as the console issues it (a consent, its refresh family), for ``resource``."""
-
-    application = get_application_model().objects.create(
-        name="minted", client_type="public", authorization_grant_type="authorization-code", redirect_uris=CALLBACK)
-    person = make_staff(username=f"p-{secrets.token_hex(3)}")
-    secret = "tkoa_" + secrets.token_urlsafe(32)
-    access = get_access_token_model()(user=person, application=application, scope="mcp", resource=[resource],
-                                      expires=timezone.now() + timedelta(seconds=expires_in))
-    access.token, access.token_checksum = "", checksum(secret)
-    access.save()
-    family = uuid.uuid4()
-    refresh = get_refresh_token_model()(user=person, application=application, access_token=access, token_family=family,
-                                        resource=[resource])
-    refresh.token, refresh.token_checksum = "", checksum("tkor_" + secrets.token_urlsafe(32))
-    refresh.save()
-    AgentConsent.objects.create(application=application, user=person, subject=subject, resource=resource,
-                                code_checksum=checksum(secrets.token_hex(8)), token_family=family, redeemed_at=timezone.now())
-    return secret
+    return issue_consented_token(subject=subject, user=make_staff(username=f"p-{secrets.token_hex(3)}"),
+                                 resource=resource, expires_in=expires_in)
 
 
 def test_missing_expired_and_other_resource_tokens_get_the_challenge_that_starts_the_flow(oauth_mcp_server, demo_agent):
