@@ -179,7 +179,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"]["OPTIONS"]["pool"] = dict(DB_POOL_OPTIONS)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Covering (INCLUDE) indexes are a PostgreSQL optimisation; SQLite simply builds the key part.
-SILENCED_SYSTEM_CHECKS = ["models.W040"]
+SILENCED_SYSTEM_CHECKS = [
+    "models.W040",
+    # Issue 33: the toolkit warns that http redirect URIs are allowed at all; oauth.registration
+    # allows them only on loopback hosts (RFC 8252 desktop clients), https everywhere else.
+    "oauth2_provider.W008",
+]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -528,6 +533,7 @@ OAUTH2_PROVIDER = {
     "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
     "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
     "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,  # RFC 9207: the redirect names its issuer
     "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
     "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
     "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],

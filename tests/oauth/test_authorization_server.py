@@ -115,6 +115,7 @@ def test_metadata_is_served_at_both_discovery_paths_and_offers_only_what_is_acce
         assert document["response_types_supported"] == ["code"]
         assert document["grant_types_supported"] == ["authorization_code", "refresh_token"]
         assert document["client_id_metadata_document_supported"] is True
+        assert document["authorization_response_iss_parameter_supported"] is True
 
 
 # --- registration ------------------------------------------------------------------------------
@@ -158,8 +159,10 @@ def test_the_consent_page_names_the_client_and_offers_only_agents_the_person_may
 
 
 def test_the_code_becomes_short_lived_tokens_bound_to_the_subject_and_the_mcp_resource(world):
-    code, verifier = world.code()
-    tokens = world.exchange(code, verifier).json()
+    answer, _, verifier = world.consent()
+    query = parse_qs(urlsplit(answer["Location"]).query)
+    assert query["state"] == ["st-1"] and query["iss"] == ["http://testserver"]  # RFC 9207
+    tokens = world.exchange(query["code"][0], verifier).json()
     assert tokens["access_token"].startswith("tkoa_") and tokens["refresh_token"].startswith("tkor_")
     assert tokens["expires_in"] == 900
     principal = oauth_token_verify(secret=tokens["access_token"])

@@ -112,7 +112,8 @@ def test_an_sdk_client_signs_in_chooses_an_agent_and_its_call_is_recorded_under_
     person = make_staff(username="dana")
     assign_perm("specs_app.connect_agents", person, agent.tenant)
     storage, authorize_urls, callbacks = MemoryStorage(), queue.Queue(), queue.Queue()
-    page.route("http://127.0.0.1:33418/**", lambda route: (callbacks.put(route.request.url),
+    seen: list[str] = []
+    page.route("http://127.0.0.1:33418/**", lambda route: (seen.append(route.request.url), callbacks.put(route.request.url),
                                                            route.fulfill(status=200, body="You can close this window.")))
 
     out = _run_client(oauth_mcp_server.url, storage, authorize_urls, callbacks)
@@ -130,6 +131,7 @@ def test_an_sdk_client_signs_in_chooses_an_agent_and_its_call_is_recorded_under_
     page.wait_for_url(CALLBACK + "?**")  # the browser lands on the client's loopback callback (routed)
     out["thread"].join(90)
     assert "error" not in out, out.get("error")
+    assert parse_qs(urlsplit(seen[0]).query)["iss"] == [live_server.url]  # RFC 9207, checked by the SDK
 
     # tools/list answered with the agent's tools; the call ran as the agent, through this client.
     assert WEATHER in out["names"] and "toolops_invocation_status" in out["names"]
