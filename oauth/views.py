@@ -64,8 +64,9 @@ class ConsentView(AuthorizationView):
         Content-Security-Policy's ``form-action`` must let the browser follow it (Chromium checks
         redirects after a form submission), for the client's validated redirect origin only."""
         response = super().render_to_response(context, **kwargs)
-        parts = urlsplit(context.get("redirect_uri") or "")
-        if parts.scheme in ("http", "https") and parts.netloc:
+        application, redirect_uri = context.get("application"), context.get("redirect_uri") or ""
+        parts = urlsplit(redirect_uri)
+        if application is not None and application.redirect_uri_allowed(redirect_uri) and parts.netloc:
             response._csp_update = {"form-action": [f"{parts.scheme}://{parts.netloc}"]}
         return response
 

@@ -156,6 +156,9 @@ def test_the_consent_page_names_the_client_and_offers_only_agents_the_person_may
     text = page.content.decode()
     assert "Desk client" in text and world.client_id in text
     assert "planner" in text and "rival" not in text
+    # Its form may be followed to the client's registered redirect origin, and nowhere else.
+    form_action = next(d for d in page["Content-Security-Policy"].split(";") if d.strip().startswith("form-action"))
+    assert form_action.split()[1:] == ["'self'", "http://127.0.0.1"]
 
 
 def test_the_code_becomes_short_lived_tokens_bound_to_the_subject_and_the_mcp_resource(world):
