@@ -61,7 +61,8 @@ def _in_words(rules: dict, words) -> str:
 class TenantAdmin(ReinforcedGuardedModelAdmin):
     """Tenants; a tenant's page links to "Object permissions" (django-guardian), where a superuser
     (or holder of guardian's own object-permission model permissions) gives people or groups ``approve_calls``, ``resolve_calls``, ``view_calls``,
-    ``manage_grants_tenant`` or ``manage_toolspecs_tenant`` on that tenant."""
+    ``manage_grants_tenant``, ``manage_toolspecs_tenant`` or ``connect_agents`` (OAuth consent for
+    MCP clients, issue 33) on that tenant."""
 
     list_display = ["slug", "name", "created_at"]
     search_fields = ["slug", "name"]
