@@ -13,11 +13,12 @@ Metadata Documents (a client_id that is an HTTPS URL).
 from __future__ import annotations
 
 import json
+import re
 import time
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from oauth2_provider.cimd import CIMDError, _effective_max_age
+from oauth2_provider.cimd import CIMDError
 from oauth2_provider.settings import oauth2_settings
 
 from toolops.decisions.egress import EgressRefused
@@ -84,4 +85,14 @@ class EgressMetadataFetcher:
         refusal = redirect_uris_refusal(document.get("redirect_uris"))
         if refusal:
             raise CIMDError(refusal)
-        return document, _effective_max_age(response.headers.get("cache-control"))
+        return document, _cache_seconds(response.headers.get("cache-control") or "")
+
+
+def _cache_seconds(cache_control: str) -> int:
+    """How long the document is kept: its ``max-age`` (``no-store``/``no-cache``: the minimum),
+    within the toolkit's ``CIMD_METADATA_MIN_AGE_SECONDS`` … ``CIMD_METADATA_MAX_AGE_SECONDS``."""
+    low, high = oauth2_settings.CIMD_METADATA_MIN_AGE_SECONDS, oauth2_settings.CIMD_METADATA_MAX_AGE_SECONDS
+    if "no-store" in cache_control.lower() or "no-cache" in cache_control.lower():
+        return low
+    match = re.search(r"max-age\s*=\s*(\d+)", cache_control, re.IGNORECASE)
+    return max(low, min(int(match.group(1)) if match else high, high))

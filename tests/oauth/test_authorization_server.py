@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 from guardian.shortcuts import assign_perm
 from oauth2_provider.cimd import CIMDError
 from oauth2_provider.models import get_application_model
@@ -272,14 +273,18 @@ def test_a_client_id_metadata_document_registers_the_client(world, monkeypatch):
 
     def send(request, policy):  # the network, and only it, is stood in for
         fetched.append((request.url, policy.max_response_bytes))
-        return http_client.HttpResponse(200, "OK", {"content-type": "application/json"}, json.dumps(document).encode(), False)
+        return http_client.HttpResponse(200, "OK", {"content-type": "application/json", "cache-control": "max-age=600"},
+                                        json.dumps(document).encode(), False)
 
     monkeypatch.setattr(http_client, "send", send)
     verifier, challenge = pkce()
     page = world.browser.get("/oauth/authorize/?" + urlencode(world.authorize_params(challenge=challenge, client_id=CIMD_URL)))
     assert page.status_code == 200 and "Metadata client" in page.content.decode()
     assert fetched == [(CIMD_URL, 16 * 1024)]
-    assert get_application_model().objects.get(client_id=CIMD_URL).registration_source == "cimd"
+    application = get_application_model().objects.get(client_id=CIMD_URL)
+    assert application.registration_source == "cimd" and application.name == "Metadata client"
+    kept = (application.cimd_expires_at - timezone.now()).total_seconds()
+    assert 590 < kept <= 600  # the document's own max-age
 
 
 def test_a_metadata_document_with_a_foreign_redirect_is_refused(world, monkeypatch):
