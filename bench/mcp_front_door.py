@@ -14,7 +14,7 @@ concurrency 2), the demo services. One client process runs the official ``mcp`` 
 * direct: ``GET <demo page>`` with the same HTTP client — the same tool call without ToolOps.
 * pending: ``tools/call calendar-create_event_v1`` (needs confirmation) → the
   ``pending_confirmation`` answer.
-* plumbing: ``tools/call toolops.invocation_status`` for an unknown id — HTTP, the SDK, the
+* plumbing: ``tools/call toolops_invocation_status`` for an unknown id — HTTP, the SDK, the
   token check and one indexed read, no pipeline: the part of the added latency that is not ToolOps'
   record-keeping.
 
@@ -22,7 +22,9 @@ Sequential calls, one at a time; the added latency is MCP minus direct at p50 an
 (issue 15): added p50 <= 10 ms, p99 <= 25 ms; pending answer p99 <= 50 ms. By default the MCP
 server executes such reads itself (``TOOLOPS_MCP_INLINE_READS``, on by default: the same
 execution service and record as a worker; docs/reference/mcp.md); ``--worker`` turns that off,
-so the Celery worker executes them.
+so the Celery worker executes them. ``--oauth`` authenticates with an OAuth access token (issue 33:
+as the console's consent page issues one, bound to this MCP server and the demo agent) instead of
+the API token; its verification is cached as an API token's is.
 """
 from __future__ import annotations
 
@@ -109,8 +111,8 @@ def start(env: dict, inline: bool) -> tuple[list[subprocess.Popen], str, str]:
     return procs, demo_url, mcp_url
 
 
-async def measure(mcp_url: str, page_url: str, n: int, pending_n: int) -> dict[str, list[float]]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=httpx2.Timeout(60.0))
+async def measure(mcp_url: str, page_url: str, n: int, pending_n: int, token: str) -> dict[str, list[float]]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60.0))
     direct_http = httpx2.AsyncClient(timeout=httpx2.Timeout(60.0))
     out: dict[str, list[float]] = {"mcp": [], "direct": [], "pending": [], "plumbing": []}
     async with Client(streamable_http_client(mcp_url, http_client=http), mode="2026-07-28") as client:
@@ -129,7 +131,7 @@ async def measure(mcp_url: str, page_url: str, n: int, pending_n: int) -> dict[s
                 out["direct"].append(direct_ms)
         for i in range(n):  # the front door's own plumbing: HTTP + SDK + token check + one indexed read
             start = time.perf_counter()
-            await client.call_tool("toolops.invocation_status", {"invocation_id": str(uuid.uuid4())})
+            await client.call_tool("toolops_invocation_status", {"invocation_id": str(uuid.uuid4())})
             out["plumbing"].append((time.perf_counter() - start) * 1000)
         for i in range(pending_n):
             args = {"calendar_id": "primary", "title": f"bench {i} {uuid.uuid4().hex[:6]}",
@@ -144,6 +146,18 @@ async def measure(mcp_url: str, page_url: str, n: int, pending_n: int) -> dict[s
     return out
 
 
+def _oauth_token(mcp_url: str) -> str:
+    """An access token for the demo agent, bound to this MCP server, as a person's consent yields."""
+    from django.contrib.auth.models import User
+
+    from devtools.oauth_tokens import issue_consented_token
+    from specs_app.models import Subject
+
+    person, _ = User.objects.get_or_create(username="bench-oauth-person", defaults={"is_staff": True})
+    return issue_consented_token(subject=Subject.objects.get(name="demo-agent"), user=person, resource=mcp_url,
+                                 client_name="bench client", expires_in=3600)
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -154,6 +168,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=10 if SMOKE else 300, help="read-only calls on each side")
     parser.add_argument("--pending-n", type=int, default=5 if SMOKE else 100)
     parser.add_argument("--worker", action="store_true", help="reads go to the Celery worker (inline reads off)")
+    parser.add_argument("--oauth", action="store_true", help="an OAuth access token instead of the API token")
     args = parser.parse_args()
     if not settings.CELERY_BROKER_URL.startswith("redis") or connection.vendor != "postgresql":
         raise SystemExit("needs PostgreSQL (DATABASE_URL) and a Redis broker (CELERY_BROKER_URL)")
@@ -164,10 +179,11 @@ def main() -> None:
         # The demo grants' URL scopes name the demo services' address ({base}): this run's port.
         settings.TOOLOPS_DEMO_SERVICES_URL = demo_url
         load_demo(token=TOKEN)
+        token = _oauth_token(mcp_url) if args.oauth else TOKEN
         if not SMOKE:
             time.sleep(3)  # let the worker finish starting before the warm-up
         started = timezone.now()
-        results = asyncio.run(measure(mcp_url, f"{demo_url}/web/pages/small", args.n, args.pending_n))
+        results = asyncio.run(measure(mcp_url, f"{demo_url}/web/pages/small", args.n, args.pending_n, token))
         # The client listed once: a tools/call that records a listing of its own (as the SDK's
         # Mcp-Param header check once made it do) would skew both the record and these figures.
         listings = ModelCall.objects.filter(created_at__gte=started, run__metadata__opened_by="mcp").count()
@@ -179,7 +195,8 @@ def main() -> None:
         for proc in procs:
             proc.wait(timeout=30)
     mode = "reads executed by the Celery worker" if args.worker else "inline reads in the MCP process"
-    print(f"MCP 2026-07-28, {args.n} sequential read-only calls each side, {mode}{' (smoke)' if SMOKE else ''}")
+    auth = "an OAuth access token" if args.oauth else "an API token"
+    print(f"MCP 2026-07-28, {args.n} sequential read-only calls each side, {mode}, {auth}{' (smoke)' if SMOKE else ''}")
     for name, p in (("p50", 50), ("p99", 99)):
         mcp_ms, direct_ms = pct(results["mcp"], p), pct(results["direct"], p)
         print(f"latency {name}: MCP {mcp_ms:7.1f} ms   direct {direct_ms:6.1f} ms   added {mcp_ms - direct_ms:+7.1f} ms")

@@ -44,7 +44,14 @@ from mcp_server.runs import mcp_run_and_listing, mcp_run_get_or_open, run_rule
 
 logger = logging.getLogger(__name__)
 
-STATUS_TOOL = "toolops.invocation_status"
+# The built-in status tool. Its name is one every model API accepts (OpenAI, Anthropic and Gemini
+# function names: letters, digits, "_" and "-"); it can never be a ToolSpec's model-facing name,
+# which always ends in "_v<version>".
+STATUS_TOOL = "toolops_invocation_status"
+# Its name until issue 33: a dot, which OpenAI refuses in a function name (and the OpenAI Agents
+# SDK passes MCP names through). Still answered for one release, never listed.
+LEGACY_STATUS_TOOL = "toolops.invocation_status"
+STATUS_TOOL_NAMES = frozenset({STATUS_TOOL, LEGACY_STATUS_TOOL})
 IDEMPOTENCY_META_KEY = "dev.toolops/idempotencyKey"
 # Same rule as the REST API's Idempotency-Key header: 1–255 visible ASCII characters.
 _KEY_CHARS = frozenset(chr(c) for c in range(0x21, 0x7F))
@@ -81,6 +88,7 @@ class McpRequest:
     request_id: str | int | None
     protocol_version: str
     meta: dict
+    oauth_client: dict | None = None  # the OAuth client the request came through (None: an API token)
 
     @property
     def trace(self) -> TraceContext | None:
@@ -94,6 +102,10 @@ class McpRequest:
         rule = run_rule(session_id=self.session_id, meta=self.meta)
         origin = {"transport": "mcp", "protocol_version": self.protocol_version, "session_id": self.session_id,
                   "request_id": _recorded_id(self.request_id), "run_rule": rule.kind}
+        if self.oauth_client is not None:
+            # The client names itself (registration or metadata document): kept as a record can hold it.
+            origin["oauth_client"] = {key: storable_text(str(value), max_chars=_REQUEST_ID_CHARS)
+                                      for key, value in self.oauth_client.items()}
         tracestate = _text(self.meta.get("tracestate"))
         if tracestate:
             origin["tracestate"] = storable_text(tracestate, max_chars=_TRACESTATE_CHARS)
@@ -321,7 +333,7 @@ def pending_confirmation_result(invocation_id, expires_at: datetime) -> dict:
 
 
 def mcp_status(*, subject: Subject, arguments: dict | None) -> dict:
-    """The built-in ``toolops.invocation_status``: final → the call's own recorded answer."""
+    """The built-in ``toolops_invocation_status``: final → the call's own recorded answer."""
     invocation_id = (arguments or {}).get("invocation_id")
     try:
         invocation_id = uuid.UUID(invocation_id)

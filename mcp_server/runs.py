@@ -6,6 +6,8 @@
    tools/list or tools/call.
 3. Otherwise (2026-07-28 requests and stateless clients carry no session): one run per subject
    per UTC day.
+Runs opened here take the subject's time zone and locale (``Subject.timezone``/``locale``, set by
+an admin; UTC/en-US by default); a run named by rule 1 keeps its own.
 Runs the front door opens carry ``mcp_key`` (``session:<id>`` / ``day:<date>``); a unique
 constraint on (subject, mcp_key) makes concurrent first requests agree on one run.
 """
@@ -58,7 +60,9 @@ def mcp_run_get_or_open(*, subject: Subject, rule: RunRule, trace: TraceContext 
         return run
     try:
         with transaction.atomic():
-            run = run_create(subject=subject, budgets=dict(settings.TOOLOPS_MCP_RUN_BUDGETS), timezone_name="UTC", locale="en-US",
+            run = run_create(subject=subject, budgets=dict(settings.TOOLOPS_MCP_RUN_BUDGETS),
+                             # The agent's zone and locale, set by an admin (UTC / en-US unless set).
+                             timezone_name=subject.timezone, locale=subject.locale,
                              metadata={"opened_by": "mcp", "rule": rule.kind}, trace=trace)
             Run.objects.filter(pk=run.pk).update(mcp_key=rule.key)
     except IntegrityError:

@@ -33,14 +33,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from toolops.model_io.jsonrpc_raw import RawJSONError, member_bytes
 
 from mcp_server.calls import (
-    STATUS_TOOL, McpRequest, mcp_call_poll, mcp_call_still_running, mcp_status, mcp_tool_call, mcp_tools_list,
+    STATUS_TOOL, STATUS_TOOL_NAMES, McpRequest, mcp_call_poll, mcp_call_still_running, mcp_status, mcp_tool_call, mcp_tools_list,
 )
 from mcp_server.db import in_db_thread, install_db_executor
 from mcp_server.elicitation import (
     client_accepts_url_elicitation, confirmation_elicitation, confirmation_state_redeem, confirmation_state_seal,
 )
 from mcp_server.errors import ErrorsAsJsonRpc
-from mcp_server.identity import ApiTokenVerifier, request_subject
+from mcp_server.identity import ApiTokenVerifier, request_oauth_client, request_subject
 from mcp_server.rate_limit import TokenRateLimit
 from mcp_server.tasks import EXTENSION as TASKS_EXTENSION
 from mcp_server.tasks import (
@@ -86,6 +86,7 @@ def _request(ctx: ServerRequestContext[Any, Any]) -> McpRequest:
     return McpRequest(
         subject=request_subject(http), session_id=http.headers.get(SESSION_HEADER), request_id=ctx.request_id,
         protocol_version=ctx.protocol_version, meta=dict(meta) if isinstance(meta, dict) else {},
+        oauth_client=request_oauth_client(http),
     )
 
 
@@ -114,7 +115,7 @@ async def on_call_tool(
     declared on this request: the tasks extension → a task; URL elicitation → an input-required
     answer; neither → the plain pending_confirmation result."""
     request = _request(ctx)
-    if params.name == STATUS_TOOL:
+    if params.name in STATUS_TOOL_NAMES:
         result = await in_db_thread(mcp_status, subject=request.subject, arguments=params.arguments)
         return types.CallToolResult.model_validate(result)
     if params.request_state is not None:
@@ -355,10 +356,11 @@ def build_app() -> ASGIApp:
         max_request_body_size=settings.TOOLOPS_MCP_MAX_BODY_BYTES,
         transport_security=transport_security(),
         auth=AuthSettings(
-            # ToolOps tokens are issued by an admin in the console, not by an OAuth flow: the
-            # console is named as the authorization server so clients know where tokens come from.
+            # The console is the authorization server (oauth/): MCP clients sign a person in
+            # there; API tokens an admin issues in the console work as well.
             issuer_url=settings.TOOLOPS_CONSOLE_URL, resource_server_url=settings.TOOLOPS_MCP_URL,
-            # The verifier looks tokens up by hash; they are not audience-bound JWTs.
+            # The verifier checks an OAuth token's bound resource itself (identity.py); API
+            # tokens are not audience-bound.
             validate_token_resource=False,
         ),
         token_verifier=ApiTokenVerifier(),

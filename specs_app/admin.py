@@ -70,7 +70,8 @@ class PlumbingListAdmin(admin.ModelAdmin):
 class TenantAdmin(ReinforcedGuardedModelAdmin):
     """Tenants; a tenant's page links to "Object permissions" (django-guardian), where a superuser
     (or holder of guardian's own object-permission model permissions) gives people or groups ``approve_calls``, ``resolve_calls``, ``view_calls``,
-    ``manage_grants_tenant`` or ``manage_toolspecs_tenant`` on that tenant."""
+    ``manage_grants_tenant``, ``manage_toolspecs_tenant`` or ``connect_agents`` (OAuth consent for
+    MCP clients, issue 33) on that tenant."""
 
     list_display = ["slug", "name", "created_at", "console_page"]
     search_fields = ["slug", "name"]
@@ -87,7 +88,7 @@ class SubjectForm(forms.ModelForm):
 
     class Meta:
         model = Subject
-        fields = ["tenant", "name", "is_active", "acts_for"]
+        fields = ["tenant", "name", "is_active", "acts_for", "timezone", "locale"]
 
     def clean(self):
         data = super().clean()
@@ -104,7 +105,7 @@ class SubjectAdmin(admin.ModelAdmin):
     acts for them, and they can never approve its calls (docs/approvals.md)."""
 
     form = SubjectForm
-    list_display = ["name", "tenant", "acts_for", "is_active", "created_at"]
+    list_display = ["name", "tenant", "acts_for", "timezone", "is_active", "created_at"]
     list_filter = ["tenant", "is_active"]
     search_fields = ["name", "tenant__slug", "acts_for__username"]
     list_select_related = ["tenant", "acts_for"]

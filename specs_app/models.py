@@ -4,12 +4,19 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from toolops.model_io.mcp_definitions import definition_diff
 from toolops.model_io.rendering import model_facing_name, tool_ref
+from toolops.runtime.zones import is_iana_zone
+
+
+def validate_timezone_name(value: str) -> None:
+    if not is_iana_zone(value):
+        raise ValidationError(f"{value!r} is not an IANA time zone (e.g. Europe/Paris)")
 
 
 class Tenant(models.Model):
@@ -30,6 +37,8 @@ class Tenant(models.Model):
             ("resolve_calls", "Can resolve unknown outcomes of this tenant's calls"),
             ("view_calls", "Can see this tenant's calls (dashboard, call records)"),
             ("manage_toolspecs_tenant", "Can edit ToolSpecs owned by this tenant (model-wide: also global ones)"),
+            # Issue 33: consenting to an MCP client (OAuth) acting as one of this tenant's subjects.
+            ("connect_agents", "Can let an MCP client act as one of this tenant's agents (OAuth consent)"),
         ]
 
     def __str__(self) -> str:
@@ -50,6 +59,11 @@ class Subject(models.Model):
         help_text="the person this agent acts for (a user of its tenant): every run it opens acts for them, "
                   "and they can never approve its calls",
     )
+    # Issue 33: the zone and locale of the runs the MCP server opens for this agent (a stock MCP
+    # client cannot send _meta["dev.toolops/run"]), so "tomorrow 09:00" is read in its person's zone.
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone_name],
+                                help_text="IANA time zone of the runs the MCP server opens for this agent")
+    locale = models.CharField(max_length=35, default="en-US", help_text="BCP 47 locale of those runs")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -45,6 +45,7 @@ post_delete.connect(_forget_capability, sender=Capability, dispatch_uid="capabil
 APPROVE_CALLS = "specs_app.approve_calls"
 RESOLVE_CALLS = "specs_app.resolve_calls"
 VIEW_CALLS = "specs_app.view_calls"
+CONNECT_AGENTS = "specs_app.connect_agents"  # issue 33: OAuth consent for an MCP client
 MANAGE_TOOLSPECS = "specs_app.manage_toolspecs_tenant"
 
 
@@ -239,3 +240,10 @@ def call_requirements(*, spec: ToolSpec, arguments) -> list[Requirement]:
     names = [entry["capability"] for entry in declared]
     return requirements_for(declared=declared, operation_classes=capability_classes(names), arguments=arguments,
                             normalizers=spec.normalizers)
+
+
+def subjects_user_may_connect(*, user) -> QuerySet[Subject]:
+    """The active agents ``user`` may let an MCP client act as (issue 33's OAuth consent): those
+    of the tenants where they hold ``connect_agents`` (per tenant, model-wide, or as superuser)."""
+    tenants = tenants_for_user(user=user, permission=CONNECT_AGENTS)
+    return Subject.objects.filter(tenant__in=tenants, is_active=True).select_related("tenant").order_by("tenant__slug", "name")

@@ -13,7 +13,7 @@ CORPORA = Path(os.environ.get("TOOLOPS_CORPORA", REPO_ROOT / "tests" / "corpora"
 SERVICES_REQUIRED = os.environ.get("TOOLOPS_REQUIRE_SERVICES") == "1"
 # The project's own packages: the domain apps, the rooms around them (docs/architecture.md), the core.
 DOMAIN_PACKAGES = ("specs_app", "invocations_app")
-ROOM_PACKAGES = ("agent_api", "control", "mcp_server", "worker", "webhooks", "audit", "devtools")
+ROOM_PACKAGES = ("agent_api", "control", "mcp_server", "oauth", "worker", "webhooks", "audit", "devtools")
 PROJECT_PACKAGES = ("toolops", *DOMAIN_PACKAGES, *ROOM_PACKAGES)
 
 
@@ -88,6 +88,9 @@ def _fresh_process_caches():
     from specs_app.services import verified_tokens
 
     verified_tokens.clear()  # tests roll token rows back and may issue the same secret again
+    from oauth.tokens import remembered
+
+    remembered.clear()  # OAuth access tokens, likewise
     from invocations_app.selectors import _tool_definition_seen
 
     _tool_definition_seen.cache_clear()

@@ -90,6 +90,9 @@ INSTALLED_APPS = [
     "webhooks",
     "audit",
     "devtools",
+    # Issue 33: the OAuth 2.1 authorization server of the MCP front door (oauth/).
+    "oauth2_provider",
+    "oauth",
 ]
 
 MIDDLEWARE = [
@@ -176,7 +179,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"]["OPTIONS"]["pool"] = dict(DB_POOL_OPTIONS)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Covering (INCLUDE) indexes are a PostgreSQL optimisation; SQLite simply builds the key part.
-SILENCED_SYSTEM_CHECKS = ["models.W040"]
+SILENCED_SYSTEM_CHECKS = [
+    "models.W040",
+    # Issue 33: the toolkit warns that http redirect URIs are allowed at all; oauth.registration
+    # allows them only on loopback hosts (RFC 8252 desktop clients), https everywhere else.
+    "oauth2_provider.W008",
+]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -496,3 +504,43 @@ def _tool_secrets() -> dict:
 
 TOOLOPS_TOOL_SECRETS = _tool_secrets()
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+
+# --- OAuth 2.1 authorization server for MCP clients (issue 33; oauth/) ----------------
+# The resources tokens may be bound to (RFC 8707): the MCP server, unless the operator names more.
+TOOLOPS_OAUTH_RESOURCES = [r.strip() for r in os.environ.get("TOOLOPS_OAUTH_RESOURCES", "").split(",") if r.strip()] or [TOOLOPS_MCP_URL]
+# Dynamic client registrations per client address (shared cache counters, as the API rate).
+TOOLOPS_OAUTH_REGISTER_RATE = os.environ.get("TOOLOPS_OAUTH_REGISTER_RATE", "30/hour")
+# Named because a foreign key to a swappable model depends on its setting (the toolkit's own model).
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+OAUTH2_PROVIDER = {
+    "OAUTH2_VALIDATOR_CLASS": "oauth.validator.ToolOpsValidator",
+    "ACCESS_TOKEN_GENERATOR": "oauth.tokens.new_access_token",
+    "REFRESH_TOKEN_GENERATOR": "oauth.tokens.new_refresh_token",
+    "SCOPES": {"mcp": "Call ToolOps tools over MCP as the agent you choose"},
+    "DEFAULT_SCOPES": ["mcp"],
+    # Short-lived access tokens; refresh tokens rotate, and a reused one revokes its family.
+    "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("TOOLOPS_OAUTH_ACCESS_TOKEN_SECONDS", 900),
+    "REFRESH_TOKEN_EXPIRE_SECONDS": env_int("TOOLOPS_OAUTH_REFRESH_TOKEN_SECONDS", 30 * 86400),
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    "REQUEST_APPROVAL_PROMPT": "force",  # a person consents each time: the agent is chosen there
+    # OAuth 2.1: authorization code with PKCE S256 only; tokens stored as their SHA-256.
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,  # RFC 9207: the redirect names its issuer
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_post", "client_secret_basic"],
+    # Desktop clients' loopback redirects on any port (RFC 8252), localhost included.
+    "ALLOW_LOCALHOST_LOOPBACK": True,
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+    "CIMD_ENABLED": True,
+    "CIMD_METADATA_FETCHER": "oauth.registration.EgressMetadataFetcher",
+}

@@ -81,12 +81,18 @@ def token_rate_window(token_id: int | str | None) -> RateWindow | None:
     """The window of ``TOOLOPS_API_RATE`` a request with this token counts in now; None when the
     limit is off or the caller holds no token. ``token_id``: an agent token's id, or
     ``person:<id>`` for a person's token (``agent_api.auth``)."""
-    rate = settings.TOOLOPS_API_RATE  # read per request: "off" disables
-    if rate in ("", "off") or token_id is None:
+    if token_id is None:
+        return None
+    return rate_window(f"token:{token_id}", settings.TOOLOPS_API_RATE)  # read per request: "off" disables
+
+
+def rate_window(counter: str, rate: str) -> RateWindow | None:
+    """The window of ``rate`` (``<n>/<period>``; "" or "off": None) that ``counter`` counts in now."""
+    if rate in ("", "off"):
         return None
     limit, window = _parse_rate(rate)
     now = time.time()
-    return RateWindow(key=f"throttle:token:{token_id}:{int(now // window)}", limit=limit, timeout=window + 1,
+    return RateWindow(key=f"throttle:{counter}:{int(now // window)}", limit=limit, timeout=window + 1,
                       retry_after=max(1, int(window - now % window)))
 
 

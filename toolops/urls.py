@@ -26,5 +26,6 @@ urlpatterns = [
     re_path(r"^api/(?P<rest>.*)$", api_not_found),
     path("console/", include("control.urls")),  # staff pages: control/
     path("", include("control.landing")),  # sign-in lands by role; the index lists one's tenants (issue 32)
+    path("", include("oauth.urls")),  # issue 33: the MCP front door's OAuth server (metadata, authorize, token…)
     path("", admin.site.urls),
 ]

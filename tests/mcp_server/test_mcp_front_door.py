@@ -3,6 +3,7 @@ MCP process (uvicorn), a real Celery worker and the demo services, on PostgreSQL
 from __future__ import annotations
 
 import json
+import re
 
 import anyio
 import httpx2
@@ -22,7 +23,8 @@ pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
 WEATHER = "weather-get_forecast_v1"
 CALENDAR = "calendar-create_event_v1"
-STATUS = "toolops.invocation_status"
+STATUS = "toolops_invocation_status"
+LEGACY_STATUS = "toolops.invocation_status"
 CALENDAR_ARGS = {"calendar_id": "primary", "title": "带护照", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}
 BOTH_MODES = pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
 
@@ -219,12 +221,16 @@ def test_a_denied_call_reads_as_is_error_with_the_reason(mcp_server, demo_agent,
 
     async def status():
         async with mcp_client(mcp_server) as client:
-            return await client.call_tool(STATUS, {"invocation_id": invocation_id})
+            names = [t.name for t in (await client.list_tools()).tools]
+            return names, [await client.call_tool(name, {"invocation_id": invocation_id}) for name in (STATUS, LEGACY_STATUS)]
 
-    answer = anyio.run(status)
+    names, (answer, legacy) = anyio.run(status)
     assert answer.is_error is True
     assert answer.structured_content["error"]["code"] == "confirmation_denied"
     assert "not on a Sunday" in answer.content[0].text
+    # The status tool's pre-issue-33 name still answers, the same, for a release; it is not listed.
+    assert _as_wire(legacy) == _as_wire(answer)
+    assert STATUS in names and LEGACY_STATUS not in names
 
 
 def test_a_hundred_concurrent_reissues_with_one_key_make_one_invocation_and_one_event(
@@ -309,6 +315,7 @@ def test_the_openai_agents_sdk_lists_and_calls_with_no_model(mcp_server, demo_ag
 
     names, result = anyio.run(use)
     assert WEATHER in names and STATUS in names
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", name) for name in names), names
     assert result.isError is False if hasattr(result, "isError") else result.is_error is False
     structured = getattr(result, "structuredContent", None) or getattr(result, "structured_content", None)
     assert Invocation.objects.get(pk=structured["invocation_id"]).state == "OBSERVED"

@@ -87,7 +87,7 @@ def test_mcp_tools_list_and_the_granted_set_leave_out_another_tenants_tool(share
     assert [s.ref for s in toolspecs_granted_to_subject(subject=acme_agent.subject)] == ["acme.forecast@1", "weather.get_forecast@1"]
     assert [s.ref for s in toolspecs_granted_to_subject(subject=globex_agent.subject)] == ["weather.get_forecast@1"]
     request = McpRequest(subject=globex_agent.subject, session_id="s-1", request_id=1, protocol_version="2025-11-25", meta={})
-    assert [t["name"] for t in mcp_tools_list(request=request)] == ["weather-get_forecast_v1", "toolops.invocation_status"]
+    assert [t["name"] for t in mcp_tools_list(request=request)] == ["weather-get_forecast_v1", "toolops_invocation_status"]
 
 
 # --- admission ---------------------------------------------------------------------------------------

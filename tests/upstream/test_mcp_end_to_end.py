@@ -30,7 +30,7 @@ from tests.upstream.test_execution import governed  # noqa: F401 - fixture used 
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis, pytest.mark.browser]
 
-STATUS_TOOL = "toolops.invocation_status"
+STATUS_TOOL = "toolops_invocation_status"
 
 
 def _in_thread(fn, *args):
