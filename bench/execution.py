@@ -9,12 +9,14 @@ Pipeline: ``proposal_admit`` of a read-only tool (python executor, no network) �
 OBSERVED. Baseline: a bare Celery task on the same worker that performs the same number of
 single-row INSERTs the worker side of the pipeline performs (counted, not guessed), enqueued
 the same way. Throughput: N submitted at once, time until all are done. Latency: one at a
-time, submit → done observed by polling the database every 1 ms.
+time, submit → done observed by polling the database every 1 ms. ``--metrics``: throughput again
+with the Prometheus metrics on and off (a worker each), alternating rounds.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +39,7 @@ from django.db import connection  # noqa: E402
 from bench.bare_tasks import BARE_TABLE, bare_write_task  # noqa: E402
 from invocations_app import admission, runs  # noqa: E402
 from invocations_app.models import Invocation  # noqa: E402
+from toolops import metrics  # noqa: E402
 from toolops.sql import table_name  # noqa: E402
 from devtools.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
@@ -74,12 +77,13 @@ def setup():
     return subject, spec, call
 
 
-def start_worker() -> subprocess.Popen:
+def start_worker(*, metrics_on: bool = True) -> subprocess.Popen:
     log = open(Path(settings.VAR_DIR) / "bench-worker.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "toolops", "worker", "--loglevel=WARNING", "--concurrency=2",
          "-Q", settings.CELERY_TASK_DEFAULT_QUEUE, "-I", "bench.bare_tasks", "--without-gossip", "--without-mingle"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "TOOLOPS_METRICS": "1" if metrics_on else "0"},
+        stdout=log, stderr=subprocess.STDOUT,
     )
     time.sleep(6)
     return proc
@@ -145,6 +149,27 @@ def latencies(n: int, subject, spec, call) -> tuple[list[float], list[float]]:
     return pipe, bare
 
 
+def metrics_overhead(n: int, rounds: int, subject, spec, call) -> None:
+    """Pipeline throughput with the Prometheus metrics on and off — in the worker
+    (``TOOLOPS_METRICS``) and in this admitting process — alternating rounds, one worker each."""
+    rates = {True: [], False: []}
+    for r in range(rounds):
+        for enabled in ((True, False) if r % 2 else (False, True)):
+            metrics.ENABLED = enabled
+            worker = start_worker(metrics_on=enabled)
+            try:
+                throughput(20, subject, spec, call)  # warm
+                rates[enabled].append(throughput(n, subject, spec, call)[0])
+            finally:
+                worker.terminate()
+                worker.wait(timeout=30)
+    metrics.ENABLED = True
+    on, off = statistics.median(rates[True]), statistics.median(rates[False])
+    print(f"pipeline throughput, metrics off {off:7.1f}/s  on {on:7.1f}/s   rounds: "
+          f"off {', '.join(f'{x:.0f}' for x in rates[False])}; on {', '.join(f'{x:.0f}' for x in rates[True])}")
+    print(f"metrics overhead on execution: {(off - on) / off * 100:+.1f} %  (goal: within 5 %)")
+
+
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
@@ -154,8 +179,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=300, help="invocations for the throughput run")
     parser.add_argument("--latency-n", type=int, default=100)
+    parser.add_argument("--metrics", action="store_true", help="also compare throughput with metrics on and off")
+    parser.add_argument("--metrics-rounds", type=int, default=3)
     if SMOKE:
-        parser.set_defaults(n=10, latency_n=5)
+        parser.set_defaults(n=10, latency_n=5, metrics=True, metrics_rounds=1)
     args = parser.parse_args()
     if not settings.CELERY_BROKER_URL.startswith("redis") or connection.vendor != "postgresql":
         raise SystemExit("needs PostgreSQL (DATABASE_URL) and a Redis broker (CELERY_BROKER_URL)")
@@ -174,6 +201,8 @@ def main() -> None:
         a, b = pct(pipe_lat, p), pct(bare_lat, p)
         print(f"latency {name}: pipeline {a:7.1f} ms   bare {b:7.1f} ms   overhead {a - b:+7.1f} ms")
     print("(target: p99 overhead <= 25 ms)")
+    if args.metrics:
+        metrics_overhead(args.n, args.metrics_rounds, subject, spec, call)
 
 
 if __name__ == "__main__":

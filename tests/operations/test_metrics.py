@@ -150,3 +150,20 @@ def test_mcp_requests_are_counted_by_method_and_result_with_unknown_methods_boun
     for labels in ({"method": "tools/list", "result": "ok"}, {"method": "tools/call", "result": "tool_error"},
                    {"method": "tasks/get", "result": "error"}, {"method": "other", "result": "ok"}):
         assert value(after, "toolops_mcp_requests_total", **labels) - value(before, "toolops_mcp_requests_total", **labels) == 1
+
+
+@pytest.mark.django_db
+def test_the_grafana_dashboard_draws_only_metrics_that_exist_and_every_one_of_them():
+    import json
+    import re
+
+    from prometheus_client import Counter, Histogram
+
+    from invocations_app.operations import operational_gauges
+
+    dashboard = json.loads((REPO_ROOT / "deploy" / "grafana" / "toolops.json").read_text())
+    drawn = {re.sub(r"_(total|bucket|count|sum)$", "", name)
+             for panel in dashboard["panels"] for target in panel["targets"]
+             for name in re.findall(r"toolops_[a-z_]+", target["expr"])}
+    defined = {m._name for m in vars(metrics).values() if isinstance(m, (Counter, Histogram))} | set(operational_gauges())
+    assert drawn == defined
