@@ -167,3 +167,28 @@ def test_the_grafana_dashboard_draws_only_metrics_that_exist_and_every_one_of_th
              for name in re.findall(r"toolops_[a-z_]+", target["expr"])}
     defined = {m._name for m in vars(metrics).values() if isinstance(m, (Counter, Histogram))} | set(operational_gauges())
     assert drawn == defined
+
+
+@pytest.mark.django_db
+def test_webhook_deliveries_are_counted_by_status_and_the_pending_ones_are_the_webhook_backlog(scrape):
+    from django.utils import timezone
+
+    from invocations_app.models import WebhookDelivery, WebhookEndpoint
+    from tests.builders import make_tenant
+    from webhooks.delivery import webhook_delivery_attempt
+
+    tenant = make_tenant()
+    inactive = WebhookEndpoint.objects.create(tenant=tenant, url="https://hooks.example.invalid/a", secret="s",
+                                              events=["invocation.settled"], is_active=False)
+    # Loopback is on no webhook allow-list: the egress check refuses it, a failure at once.
+    refused = WebhookEndpoint.objects.create(tenant=tenant, url="http://127.0.0.1:9/hook", secret="s",
+                                             events=["invocation.settled"])
+    deliveries = [WebhookDelivery.objects.create(endpoint=e, event_type="invocation.settled", payload={},
+                                                 next_attempt_at=timezone.now()) for e in (inactive, refused)]
+    before = scrape()
+    assert value(before, "toolops_outbox_backlog", queue="webhooks") == 2
+    assert [webhook_delivery_attempt(delivery_id=d.pk) for d in deliveries] == ["failed", "failed"]
+    after = scrape()
+    assert value(after, "toolops_webhook_deliveries_total", status="failed") - \
+        value(before, "toolops_webhook_deliveries_total", status="failed") == 2
+    assert value(after, "toolops_outbox_backlog", queue="webhooks") == 0
