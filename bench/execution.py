@@ -35,6 +35,7 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from django.utils import timezone  # noqa: E402
 
 from bench.bare_tasks import BARE_TABLE, bare_write_task  # noqa: E402
 from invocations_app import admission, runs  # noqa: E402
@@ -149,25 +150,65 @@ def latencies(n: int, subject, spec, call) -> tuple[list[float], list[float]]:
     return pipe, bare
 
 
+def worker_cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a worker process and its prefork children, from /proc."""
+    ticks, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def pipeline_round(n: int, worker: subprocess.Popen, subject, spec, call) -> tuple[float, float]:
+    """Invocations/s through the pipeline, and the worker's CPU milliseconds per invocation."""
+    cpu, start = worker_cpu_seconds(worker.pid), time.perf_counter()
+    ids = [admit(subject, spec, call, i) for i in range(n)]
+    wait(lambda: observed(ids), n, poll=0.02)
+    rate = n / (time.perf_counter() - start)
+    return rate, (worker_cpu_seconds(worker.pid) - cpu) / n * 1000
+
+
 def metrics_overhead(n: int, rounds: int, subject, spec, call) -> None:
-    """Pipeline throughput with the Prometheus metrics on and off — in the worker
-    (``TOOLOPS_METRICS``) and in this admitting process — alternating rounds, one worker each."""
-    rates = {True: [], False: []}
+    """The pipeline with the Prometheus metrics on and off — in the worker (``TOOLOPS_METRICS``)
+    and in this admitting process — alternating rounds, a worker each: throughput, and the
+    worker's CPU per invocation (steadier than wall-clock time on a shared machine)."""
+    rates, cpus = {True: [], False: []}, {True: [], False: []}
     for r in range(rounds):
         for enabled in ((True, False) if r % 2 else (False, True)):
             metrics.ENABLED = enabled
             worker = start_worker(metrics_on=enabled)
             try:
-                throughput(20, subject, spec, call)  # warm
-                rates[enabled].append(throughput(n, subject, spec, call)[0])
+                pipeline_round(20, worker, subject, spec, call)  # warm
+                rate, cpu = pipeline_round(n, worker, subject, spec, call)
+                rates[enabled].append(rate)
+                cpus[enabled].append(cpu)
             finally:
                 worker.terminate()
                 worker.wait(timeout=30)
     metrics.ENABLED = True
     on, off = statistics.median(rates[True]), statistics.median(rates[False])
+    cpu_on, cpu_off = statistics.median(cpus[True]), statistics.median(cpus[False])
     print(f"pipeline throughput, metrics off {off:7.1f}/s  on {on:7.1f}/s   rounds: "
           f"off {', '.join(f'{x:.0f}' for x in rates[False])}; on {', '.join(f'{x:.0f}' for x in rates[True])}")
-    print(f"metrics overhead on execution: {(off - on) / off * 100:+.1f} %  (goal: within 5 %)")
+    print(f"worker CPU per invocation, metrics off {cpu_off:5.1f} ms  on {cpu_on:5.1f} ms   rounds: "
+          f"off {', '.join(f'{x:.1f}' for x in cpus[False])}; on {', '.join(f'{x:.1f}' for x in cpus[True])}")
+    print(f"metrics overhead on execution: throughput {(off - on) / off * 100:+.1f} %, "
+          f"worker CPU {(cpu_on - cpu_off) / cpu_off * 100:+.1f} %  (goal: within 5 %)")
+    # What a worker adds per attempt when counting (claim lag, attempt close), timed alone,
+    # against the worker time one invocation takes at the measured rate (concurrency 2).
+    now, reps = timezone.now(), (2000 if not SMOKE else 50)
+    started = time.perf_counter()
+    for _ in range(reps):
+        metrics.attempt_claimed(ready_at=now, claimed_at=now)
+        metrics.attempt_ended(tool=spec.name, side_effect_class="read_only", failure_class=None, started=now, ended=now)
+    each = (time.perf_counter() - started) / reps
+    print(f"one attempt's counting: {each * 1e6:.1f} µs = {each * off / 2 * 100:.2f} % of a worker's time per invocation")
 
 
 def pct(values: list[float], p: float) -> float:
