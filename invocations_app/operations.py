@@ -8,7 +8,7 @@ has to keep them in step. Labels are tenant slugs and fixed names only.
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Exists, Min, OuterRef, Q
 from django.utils import timezone
 
 from invocations_app import signals
@@ -34,8 +34,13 @@ def operational_gauges() -> dict:
     unknown, unknown_age = _by_tenant(
         Invocation.objects.filter(state=State.OUTCOME_UNKNOWN).values("tenant__slug")
         .annotate(n=Count("id"), oldest=Min("updated_at")).order_by(), now)
-    # Work the queue owes: released calls no worker has claimed yet, and retries past due.
-    ready = Invocation.objects.filter(Q(state=State.PREPARED) | Q(state=State.EXECUTING, next_attempt_at__lte=now)).count()
+    # Work the queue owes: released calls no worker has claimed yet — writes PREPARED, reads
+    # AUTHORIZED with no confirmation still pending (worker.claim._claimable_src) — and retries past due.
+    waiting_for_person = Confirmation.objects.filter(invocation=OuterRef("pk"), state=Confirmation.Status.PENDING)
+    ready = Invocation.objects.filter(
+        Q(state=State.PREPARED) | Q(state=State.EXECUTING, next_attempt_at__lte=now)
+        | (Q(state=State.AUTHORIZED, tool_spec__side_effect_class="read_only") & ~Exists(waiting_for_person))
+    ).count()
     webhooks = WebhookDelivery.objects.filter(state=WebhookDelivery.Status.PENDING).count()
     return {
         "toolops_confirmations_pending": ("Confirmations waiting for a person", ["tenant"], pending),

@@ -74,9 +74,11 @@ def test_counters_move_after_a_proposal_an_approval_a_failed_attempt_and_an_unkn
     assert value(waiting, "toolops_confirmations_pending", tenant=tenant) == 2
     assert value(waiting, "toolops_confirmation_oldest_pending_seconds", tenant=tenant) >= 0
 
+    assert value(waiting, "toolops_outbox_backlog", queue="invocations") == 0  # both wait for a person
     for confirmation in (refused, lost):
         with django_capture_on_commit_callbacks(execute=True):
             confirmation_approve(confirmation=confirmation, user=approver, digest_seen=confirmation.digest)
+        assert value(scrape(), "toolops_outbox_backlog", queue="invocations") == 1  # released, not yet claimed
         invocation, attempt = execution_claim(invocation_id=confirmation.invocation_id)
         execution_run(invocation=invocation, attempt=attempt)
     assert fresh(lost.invocation).state == State.OUTCOME_UNKNOWN
@@ -192,3 +194,18 @@ def test_webhook_deliveries_are_counted_by_status_and_the_pending_ones_are_the_w
     assert value(after, "toolops_webhook_deliveries_total", status="failed") - \
         value(before, "toolops_webhook_deliveries_total", status="failed") == 2
     assert value(after, "toolops_outbox_backlog", queue="webhooks") == 0
+
+
+@pytest.mark.django_db
+def test_a_released_read_waiting_for_a_worker_is_in_the_invocations_backlog(scrape):
+    from tests.builders import admit_proposal, make_grant, make_subject, make_toolspec
+
+    spec, subject = make_toolspec(), make_subject()
+    make_grant(subject=subject)
+    assert value(scrape(), "toolops_outbox_backlog", queue="invocations") == 0
+    invocation = admit_proposal(subject=subject, spec=spec, arguments={"city": "Oslo", "date": "2026-07-20"})
+    assert invocation.state == State.AUTHORIZED  # a read is claimed from AUTHORIZED
+    assert value(scrape(), "toolops_outbox_backlog", queue="invocations") == 1
+    claimed, attempt = execution_claim(invocation_id=invocation.pk)
+    assert value(scrape(), "toolops_outbox_backlog", queue="invocations") == 0
+    execution_run(invocation=claimed, attempt=attempt)
