@@ -14,7 +14,8 @@ Two pipelines, HTTP excluded, each next to the same bare baseline:
 Baseline, same run, same arguments: ``jsonschema`` validation of the parsed arguments plus one
 ORM insert of the same bytes (autocommit). Blocks alternate to spread machine noise; the
 median of the block rates is reported with the ratios pipeline/baseline (target >= 0.5).
-Then: tracemalloc peak of one admission with 10, 100, 1,000 and 10,000 published ToolSpecs
+``--metrics``: ``proposal_admit`` again with the Prometheus metrics on and off, alternating blocks
+(docs/explanation/benchmarks.md). Then: tracemalloc peak of one admission with 10, 100, 1,000 and 10,000 published ToolSpecs
 whose validators are all compiled and cached (target: flat).
 """
 from __future__ import annotations
@@ -48,6 +49,7 @@ from devtools.demo import DEMO_TOOLSPECS  # noqa: E402
 from specs_app.models import Capability, Grant, Subject, Tenant, ToolSpec  # noqa: E402
 from specs_app.selectors import tool_view  # noqa: E402
 from specs_app.services import toolspec_publish  # noqa: E402
+from toolops import metrics  # noqa: E402
 from toolops.runtime.admission import admit  # noqa: E402
 from toolops.runtime.normalizers import NormalizationContext  # noqa: E402
 from toolops.runtime.validation import cached_validator  # noqa: E402
@@ -127,6 +129,36 @@ def throughput(n: int, blocks: int) -> None:
     print(f"ratio proposal_admit/baseline: {p / q:.2f}")
 
 
+def metrics_overhead(n: int, blocks: int) -> None:
+    """``proposal_admit`` with the Prometheus counters on and off (``toolops.metrics.ENABLED``) in
+    short back-to-back pairs, which of the two goes first alternating: on a shared machine whose
+    speed drifts within seconds, the median of the pairs' ratios is steadier than two medians.
+    Also the counting itself, timed alone, against one proposal_admit (goal: within 5 %)."""
+    subject, spec, call = setup(uuid.uuid4().hex[:8])
+    pipeline_block(subject, spec, call, 50, 10**9)  # warm
+    size, pairs = max(5, n // 5), blocks * 5
+    ratios, rates = [], {True: [], False: []}
+    for b in range(pairs):
+        pair = {}
+        for enabled in ((True, False) if b % 2 else (False, True)):
+            metrics.ENABLED = enabled
+            pair[enabled] = pipeline_block(subject, spec, call, size, 10**8 + (2 * b + enabled) * size)
+            rates[enabled].append(pair[enabled])
+        ratios.append(pair[True] / pair[False])
+    metrics.ENABLED = True
+    on, off = statistics.median(rates[True]), statistics.median(rates[False])
+    print(f"proposal_admit, metrics off: {off:8.0f} /s   on: {on:8.0f} /s   ({pairs} pairs of {size})")
+    print(f"metrics overhead on admission (median of pair ratios): {(1 - statistics.median(ratios)) * 100:+.1f} %"
+          "  (goal: within 5 %)")
+    # What admission adds when counting, timed alone, as a share of one proposal_admit.
+    reps = 2000 if not SMOKE else 50
+    started = time.perf_counter()
+    for _ in range(reps):
+        metrics.proposal_admitted(tool=spec.name, tenant=subject.tenant.slug, state="AUTHORIZED", needs_person=False)
+    each = (time.perf_counter() - started) / reps
+    print(f"one admission's counting: {each * 1e6:.1f} µs = {each * off * 100:.2f} % of a proposal_admit")
+
+
 def memory(sizes: list[int]) -> None:
     tag = uuid.uuid4().hex[:8]
     subject, spec, call = setup(tag)
@@ -155,10 +187,13 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=500, help="proposals per block")
     parser.add_argument("--blocks", type=int, default=5)
     parser.add_argument("--sizes", default="10,100,1000,10000")
+    parser.add_argument("--metrics", action="store_true", help="also compare proposal_admit with metrics on and off")
     if SMOKE:
-        parser.set_defaults(n=10, blocks=2, sizes="10,100")
+        parser.set_defaults(n=10, blocks=2, sizes="10,100", metrics=True)
     args = parser.parse_args()
     throughput(args.n, args.blocks)
+    if args.metrics:
+        metrics_overhead(args.n, args.blocks)
     memory([int(s) for s in args.sizes.split(",")])
 
 

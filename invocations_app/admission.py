@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from specs_app.models import Subject, ToolSpec
 from specs_app.selectors import tool_view
-from toolops import otel
+from toolops import metrics, otel
 from toolops.sql import insert_rows, remember_related, select_rows
 from toolops.errors import ApplicationError, BudgetExhausted, Conflict
 from toolops.runtime.admission import Step, admit
@@ -321,6 +321,8 @@ def record_admission(
             signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
         elif invocation.state in TERMINAL:
             signals.invocation_settled.send(sender=Invocation, invocation=invocation)
+    metrics.proposal_admitted(tool=spec.name if spec else "", tenant=subject.tenant.slug, state=invocation.state,
+                              needs_person=confirmation is not None)
     if claim is not None:
         for name, value in claim.fields.items():
             setattr(invocation, name, value)

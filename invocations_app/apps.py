@@ -10,3 +10,6 @@ class InvocationsAppConfig(AppConfig):
         # every thread's default app, so tasks are sent with the project's broker settings.
         # Imported here rather than in toolops/__init__.py so the pure core imports alone.
         import toolops.celery  # noqa: F401
+        from invocations_app.operations import connect_metrics
+
+        connect_metrics()  # decisions counted for /metrics (docs/how-to/operate.md)

@@ -89,7 +89,9 @@ def invocation_finish_with_message(
     otel.export_span(
         name="toolops.invocation", trace_id=invocation.trace_id, span_id=invocation.span_id,
         parent_span_id=invocation.proposal.span_id, start=invocation.created_at, end=now, error=status != "ok",
-        attributes={"toolops.tool": invocation.tool_ref, "toolops.state": dst, "toolops.commit_status": commit_status},
+        attributes={"toolops.tool": invocation.tool_ref, "toolops.state": dst, "toolops.commit_status": commit_status,
+                    **otel.tool_call_attributes(tool=invocation.tool_name, call_id=invocation.proposal.proposal_id,
+                                                error_type=None if status == "ok" else (error or {}).get("code") or dst)},
     )
     return invocation
 

@@ -41,6 +41,7 @@ from mcp_server.elicitation import (
 )
 from mcp_server.errors import ErrorsAsJsonRpc
 from mcp_server.identity import ApiTokenVerifier, request_oauth_client, request_subject
+from mcp_server.operations import Probes, RequestMetrics
 from mcp_server.rate_limit import TokenRateLimit
 from mcp_server.tasks import EXTENSION as TASKS_EXTENSION
 from mcp_server.tasks import (
@@ -286,7 +287,7 @@ def build_server() -> Server[Any]:
     server = _server()
     # Inside the SDK's tracing span (a refusal is traced); the rate limit within the error
     # mapping, so even a broken limit answers in ToolOps' words.
-    server.middleware += [ErrorsAsJsonRpc(), TokenRateLimit()]
+    server.middleware += [RequestMetrics(), ErrorsAsJsonRpc(), TokenRateLimit()]
     # The tasks extension through the SDK's hooks (it ships no implementation): see tasks.py.
     server.extensions[TASKS_EXTENSION] = {}
     server.add_request_handler("tasks/get", TaskIdParams, on_tasks_get)
@@ -365,4 +366,4 @@ def build_app() -> ASGIApp:
         ),
         token_verifier=ApiTokenVerifier(),
     )
-    return RawBodyCapture(app)
+    return Probes(RawBodyCapture(app))

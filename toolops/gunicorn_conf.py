@@ -42,3 +42,11 @@ forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
 control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
 if not control_socket_disable:
     control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+
+
+def child_exit(server, worker):
+    """Issue 31: a worker's metric files stay (its counts still add up in /metrics); this marks
+    it dead for prometheus-client's live gauges (toolops/metrics.py)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)

@@ -1,9 +1,10 @@
-"""Request middleware: W3C trace context on every request; problem+json for everything under /api/;
-no NUL in a page's query string."""
+"""Request middleware: probes (/healthz, /readyz) and request metrics; W3C trace context on every
+request; problem+json for everything under /api/; no NUL in a page's query string."""
 from __future__ import annotations
 
 import logging
 import sys
+import time
 
 import psycopg
 import redis.exceptions
@@ -14,6 +15,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from kombu.exceptions import OperationalError as BrokerOperationalError
 
+from toolops import health, metrics
 from toolops.problems import PROBLEM_CONTENT_TYPE, problem_body
 from toolops.runtime.tracecontext import new_span_id, new_trace_id, parse_traceparent
 from toolops.tracelog import trace_scope
@@ -140,3 +142,44 @@ class NulQueryMiddleware:
                 "\x00" in key or any("\x00" in value for value in values) for key, values in request.GET.lists()):
             return HttpResponseBadRequest("A query parameter holds a NUL character.", content_type="text/plain")
         return self.get_response(request)
+
+
+class RequestMetricsMiddleware:
+    """``toolops_http_request_duration_seconds`` by method, route *pattern* (never the path: its
+    ids would make a series per object) and status class (toolops/metrics.py)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        method = request.method if request.method in _METHODS else "other"
+        metrics.http_request(method=method, route=match.route if match else "unmatched",
+                             status=response.status_code, seconds=time.perf_counter() - started)
+        return response
+
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class ProbeMiddleware:
+    """``GET /healthz`` and ``GET /readyz`` (toolops/health.py), answered first: before the host
+    check (an orchestrator probes by the pod's address), the HTTPS redirect, sessions, CSRF and
+    the login redirect — a probe carries no credentials and reads nothing private."""
+
+    PATHS = {"/healthz": "live", "/readyz": "ready"}
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        probe = self.PATHS.get(request.path_info)
+        if probe is None or request.method not in ("GET", "HEAD"):
+            return self.get_response(request)
+        status, body = (200, health.liveness()) if probe == "live" else health.readiness()
+        response = JsonResponse(body, status=status)
+        response["Cache-Control"] = "no-store"
+        response._has_been_logged = True  # health.readiness logged the failing check; no 503 ERROR line per probe
+        return response

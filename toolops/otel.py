@@ -31,6 +31,11 @@ def enabled() -> bool:
     return bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
+def active() -> bool:
+    """Spans are being exported (configured here, or by the standard variables)."""
+    return _processor is not None or enabled()
+
+
 def configure(*, processor=None) -> None:
     """Set up the exporter once per process (tests may pass their own processor)."""
     global _processor, _resource
@@ -52,6 +57,15 @@ def reset() -> None:
         if _processor is not None:
             _processor.shutdown()
         _processor = None
+
+
+def tool_call_attributes(*, tool: str, call_id: str, error_type: str | None) -> dict:
+    """OpenTelemetry's GenAI semantic conventions for executing a tool, so a tracing backend
+    groups these spans with the model's calls and shows a failed call as an error:
+    ``gen_ai.operation.name=execute_tool``, the tool's name, the model's tool-call id (the
+    proposal id) and, on failure, ``error.type`` (a failure class or error code, never text)."""
+    return {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool, "gen_ai.tool.call.id": call_id,
+            "error.type": error_type or None}
 
 
 def _ns(moment: datetime) -> int:

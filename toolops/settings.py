@@ -96,6 +96,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "toolops.middleware.ProbeMiddleware",  # issue 31: /healthz, /readyz before any redirect or host check
+    "toolops.middleware.RequestMetricsMiddleware",  # issue 31: request durations for /metrics
     "django.middleware.security.SecurityMiddleware",
     # Static files straight from the WSGI server (gunicorn), compressed and cached; no proxy needed.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -544,3 +546,13 @@ OAUTH2_PROVIDER = {
     "CIMD_ENABLED": True,
     "CIMD_METADATA_FETCHER": "oauth.registration.EgressMetadataFetcher",
 }
+# --- Issue 31: metrics (docs/how-to/operate.md) -------------------------------------------
+# Every process (gunicorn workers, Celery children, the MCP server) writes its counts to files
+# in one directory; a scrape of the web's /metrics sums them (prometheus-client multiprocess).
+TOOLOPS_METRICS = env_bool("TOOLOPS_METRICS", True)
+TOOLOPS_METRICS_DIR = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("TOOLOPS_METRICS_DIR")
+                           or VAR_DIR / "metrics")
+TOOLOPS_METRICS_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(TOOLOPS_METRICS_DIR)  # read when prometheus_client is imported
+# GET /metrics answers only "Authorization: Bearer <this>"; unset, /metrics is a 404.
+TOOLOPS_METRICS_TOKEN = os.environ.get("TOOLOPS_METRICS_TOKEN", "")

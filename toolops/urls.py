@@ -4,6 +4,7 @@ from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from agent_api.schema import SchemaView
+from control.operations import metrics
 from toolops.middleware import problem_response
 from toolops.throttling import ThrottledAdminAuthenticationForm
 
@@ -18,6 +19,7 @@ def api_not_found(request, rest=""):
 
 
 urlpatterns = [
+    path("metrics", metrics, name="metrics"),  # issue 31: Prometheus, bearer token only (control/operations.py)
     path("api/v1/", include("agent_api.urls")),
     path("api/schema/", SchemaView.as_view(), name="api-schema"),
     # Swagger UI from drf-spectacular-sidecar's static files; its init script is a separate

@@ -27,6 +27,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from worker.egress_net import webhook_openers
+from toolops import metrics
 from toolops.decisions.egress import ADDRESS_DENIED, EgressRefused
 from toolops.decisions.webhooks import SIGNATURE_HEADER, webhook_retry_delay, webhook_signature
 
@@ -79,6 +80,7 @@ def webhook_delivery_attempt(*, delivery_id) -> str:
             attempts=F("attempts") - 1, last_status_code=None, last_error=ENDPOINT_INACTIVE)  # nothing was tried
         logger.info("webhook %s %s → %s: not sent, %s", delivery.event_type, delivery.pk, delivery.endpoint.url,
                     ENDPOINT_INACTIVE)
+        metrics.webhook_delivery(status="failed")
         return "failed"
     sent = _send(delivery)
     status_code, error = sent.status_code, sent.error
@@ -104,7 +106,9 @@ def webhook_delivery_attempt(*, delivery_id) -> str:
         enqueue_webhook_delivery(delivery.pk, countdown=(next_at - timezone.now()).total_seconds())
     logger.info("webhook %s %s → %s: attempt %s %s", delivery.event_type, delivery.pk, delivery.endpoint.url,
                 delivery.attempts, outcome)
-    return "delivered" if ok else ("retry" if next_at else "failed")
+    result = "delivered" if ok else ("retry" if next_at else "failed")
+    metrics.webhook_delivery(status=result)
+    return result
 
 
 def webhook_request_body(delivery: WebhookDelivery) -> bytes:

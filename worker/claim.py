@@ -16,6 +16,7 @@ from django.utils import timezone
 from invocations_app.models import Attempt, Confirmation, Event, Invocation, Proposal, Run
 from invocations_app.transitions import event_append, invocation_transition, transition_in_batch
 from specs_app.models import Tenant, ToolSpec
+from toolops import metrics
 from toolops.sql import insert_returning_keys, select_locked_with_related
 from toolops.runtime.states import State
 from toolops.runtime.tracecontext import new_span_id
@@ -84,6 +85,9 @@ def claim_or_inspect(invocation_id, *, resend: bool = False) -> tuple[Invocation
         if src is None or (src == State.OUTCOME_UNKNOWN and not resend):
             return inv, None
         number = inv.attempt_count + 1
+        # Ready since its due time (a retry, a re-send) or its last transition (released, approved).
+        metrics.attempt_claimed(ready_at=inv.next_attempt_at if src in (State.EXECUTING, State.OUTCOME_UNKNOWN)
+                                else inv.updated_at, claimed_at=now)
         started, attempt = _attempt_opened(inv, number, now)
         if src == State.EXECUTING:
             Invocation.objects.filter(pk=inv.pk).update(attempt_count=number, next_attempt_at=None)

@@ -20,7 +20,7 @@ from invocations_app.results import invocation_finish_with_message
 from invocations_app.tool_messages import redacted
 from invocations_app.transitions import event_append, invocation_transition
 from specs_app.models import ToolSpec
-from toolops import otel
+from toolops import metrics, otel
 from toolops.sql import Counted, execute_counted, update_by_pk_counted
 from toolops.decisions.execution import Commit, ExecutionOutcome
 from toolops.decisions.retry import Action, RetryPolicy, decide_retry
@@ -55,13 +55,19 @@ def _attempt_closing(
     extra = {"sent_at": None} if unsent else {}
 
     def closed(changed: int) -> None:
-        if changed:
-            inv = attempt.invocation
+        if not changed:
+            return
+        inv = attempt.invocation
+        metrics.attempt_ended(tool=inv.tool_name, side_effect_class=inv.tool_spec.side_effect_class,
+                              failure_class=failure_class, started=attempt.started_at, ended=ended)
+        if otel.active():  # its attributes read the proposal, which a recovery's close may not hold
             otel.export_span(
                 name="toolops.attempt", trace_id=inv.trace_id, span_id=attempt.span_id, parent_span_id=inv.span_id,
                 start=attempt.started_at, end=ended, error=bool(failure_class),
                 attributes={"toolops.tool": inv.tool_ref, "toolops.attempt": attempt.number, "toolops.commit": commit,
-                            "toolops.failure_class": failure_class},
+                            "toolops.failure_class": failure_class,
+                            **otel.tool_call_attributes(tool=inv.tool_name, call_id=inv.proposal.proposal_id,
+                                                        error_type=failure_class)},
             )
 
     return update_by_pk_counted(attempt, {
@@ -155,6 +161,7 @@ def reconciles_by_lookup(spec: ToolSpec) -> bool:
 
 
 def _unknown(inv: Invocation, outcome: ExecutionOutcome) -> Invocation:
+    metrics.outcome_unknown(tool=inv.tool_name, tenant=inv.tenant.slug)
     reconcile_at = timezone.now() + timedelta(seconds=1)
     by_lookup = reconciles_by_lookup(inv.tool_spec)
     invocation_transition(
