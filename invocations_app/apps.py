@@ -10,3 +10,4 @@ class InvocationsAppConfig(AppConfig):
         # every thread's default app, so tasks are sent with the project's broker settings.
         # Imported here rather than in toolops/__init__.py so the pure core imports alone.
         import toolops.celery  # noqa: F401
+        import toolops.checks  # noqa: F401  (manage.py check: the declared settings, issue 31)

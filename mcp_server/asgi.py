@@ -8,6 +8,9 @@ import os
 
 import django
 
+from toolops.settings_table import exit_if_invalid
+
+exit_if_invalid(os.environ, "mcp_server.asgi")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 django.setup()
 

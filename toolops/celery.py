@@ -17,6 +17,9 @@ from kombu.transport import redis as kombu_redis
 import redis
 
 from toolops.log_redaction import install_on_handlers
+from toolops.settings_table import exit_if_invalid
+
+exit_if_invalid(os.environ, "celery")  # before the worker or beat connects anywhere (issue 31)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 
