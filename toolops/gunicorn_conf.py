@@ -43,6 +43,13 @@ max_requests = ENV["GUNICORN_MAX_REQUESTS"]
 max_requests_jitter = max_requests // 10
 accesslog = ENV["GUNICORN_ACCESSLOG"] or None
 errorlog = "-"
+if ENV["TOOLOPS_LOG_FORMAT"] == "json":  # gunicorn's own lines as JSON too (its handlers use "generic")
+    logconfig_dict = {
+        "formatters": {"generic": {"()": "toolops.logformat.JsonFormatter"}},
+        # Not also through the root handler Django installs in each worker: once per line.
+        "loggers": {name: {"level": "INFO", "handlers": [handler], "propagate": False}
+                    for name, handler in (("gunicorn.error", "error_console"), ("gunicorn.access", "console"))},
+    }
 # The proxy in front sets X-Forwarded-*; Django trusts them only via SECURE_PROXY_SSL_HEADER.
 forwarded_allow_ips = ENV["FORWARDED_ALLOW_IPS"]
 # gunicorn's runtime control socket defaults to one path per user (~/.gunicorn/gunicorn.ctl):

@@ -359,9 +359,12 @@ LOGGING = {
                 "secrets": {"()": "toolops.log_redaction.SecretRedactionFilter"},
                 "pipeline_echo": {"()": "toolops.sql.PipelineAbortedEcho"}},
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"}
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"},
+        # Issue 31: TOOLOPS_LOG_FORMAT=json, one JSON object per line (toolops/logformat.py).
+        "json": {"()": "toolops.logformat.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["trace", "secrets"]}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["trace", "secrets"],
+                             "formatter": "json" if ENV["TOOLOPS_LOG_FORMAT"] == "json" else "plain"}},
     "root": {"handlers": ["console"], "level": ENV["LOG_LEVEL"]},
     # The MCP SDK's HTTP client logs every request line at INFO: noise in worker logs.
     "loggers": {"httpx2": {"level": "WARNING"},
