@@ -12,6 +12,7 @@ from toolops.logformat import route_to_root
 from toolops.settings_table import exit_if_invalid
 
 exit_if_invalid(os.environ, "mcp_server.asgi")
+os.environ.setdefault("TOOLOPS_PROCESS_ROLE", "mcp")  # its log lines' role (toolops/logformat.py)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 django.setup()
 # uvicorn's own lines in this process's format (TOOLOPS_LOG_FORMAT), not uvicorn's handler.

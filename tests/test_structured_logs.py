@@ -99,11 +99,12 @@ def test_the_text_format_stays_the_default(settings):
 
 # --------------------------------------------------------------------------- real processes
 
-def _json_env(tmp_path, role: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL")}
+def _json_env(tmp_path, **extra: str) -> dict[str, str]:
+    """No TOOLOPS_PROCESS_ROLE: each entry point names its own role."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "TOOLOPS_PROCESS_ROLE")}
     return {**env, "TOOLOPS_VAR_DIR": str(tmp_path), "TOOLOPS_QUEUE": f"json-logs-{os.getpid()}",
-            "TOOLOPS_LOG_FORMAT": "json", "TOOLOPS_PROCESS_ROLE": role,
-            "TOOLOPS_TOOL_SECRETS": json.dumps({"CAL_TOKEN": SECRET}), **extra}
+            "TOOLOPS_LOG_FORMAT": "json", "TOOLOPS_TOOL_SECRETS": json.dumps({"CAL_TOKEN": SECRET}), **extra}
 
 
 def _parse_every_line(output: str, role: str) -> list[dict]:
@@ -130,7 +131,7 @@ def _stop(proc: subprocess.Popen) -> str:
 
 def test_a_celery_worker_with_beat_prints_only_json_lines(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "toolops", "--quiet", "worker", "-B",
-                             "--loglevel=INFO", "--concurrency=1"], cwd=REPO_ROOT, env=_json_env(tmp_path, "worker"),
+                             "--loglevel=INFO", "--concurrency=1"], cwd=REPO_ROOT, env=_json_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     time.sleep(12)  # long enough for the worker to be ready and the beat to send its 2-second task
     entries = _parse_every_line(_stop(proc), "worker")
@@ -139,8 +140,17 @@ def test_a_celery_worker_with_beat_prints_only_json_lines(tmp_path):
     assert any(e["logger"] == "celery.beat" for e in entries), messages
 
 
+def test_a_celery_beat_prints_only_json_lines_as_the_beat(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "toolops", "--quiet", "beat", "--loglevel=INFO",
+                             "--schedule", str(tmp_path / "beat-schedule")], cwd=REPO_ROOT, env=_json_env(tmp_path),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(15)  # start-up on a loaded machine, then the 2-second task a few times
+    entries = _parse_every_line(_stop(proc), "beat")
+    assert any("Sending due task" in e["message"] for e in entries), entries
+
+
 def test_gunicorn_and_the_django_app_print_only_json_lines(tmp_path):
-    env = _json_env(tmp_path, "web", GUNICORN_ACCESSLOG="-")
+    env = _json_env(tmp_path, GUNICORN_ACCESSLOG="-")
     with gunicorn_server(env) as server:
         requests.get(server.url + "/api/v1/tools", timeout=10)
         requests.get(server.url + "/api/v1/no-such-page", timeout=10)
@@ -154,7 +164,7 @@ def test_gunicorn_and_the_django_app_print_only_json_lines(tmp_path):
 def test_the_mcp_server_prints_only_json_lines(tmp_path):
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "mcp_server.asgi:app", "--port", str(port),
-                             "--log-level", "info"], cwd=REPO_ROOT, env=_json_env(tmp_path, "mcp"),
+                             "--log-level", "info"], cwd=REPO_ROOT, env=_json_env(tmp_path),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def answers() -> bool:

@@ -121,12 +121,18 @@ def _recycle_db_connections(task=None, **kwargs) -> None:
     close_old_connections()
 
 
+@celeryd_init.connect  # sent only in a worker, before setup_logging
+def _name_the_worker(**kwargs) -> None:
+    os.environ.setdefault("TOOLOPS_PROCESS_ROLE", "worker")  # its log lines' role (toolops/logformat.py)
+
+
 @celeryd_init.connect  # a worker, before its first warning (the privilege check)
 @setup_logging.connect  # a worker or beat, where Celery would install its own handlers
 def _log_like_every_process(loglevel=None, **kwargs) -> None:
     """Workers and beat log through settings.LOGGING (format, trace ids, secret filter) instead of
     Celery's own handlers: with a receiver here Celery configures none (issue 31). Python
     warnings become log lines too (as Django does). ``--loglevel`` still sets the level."""
+    os.environ.setdefault("TOOLOPS_PROCESS_ROLE", "beat")  # not a worker (named above): the beat
     logging.config.dictConfig(settings.LOGGING)
     logging.captureWarnings(True)
     if loglevel:

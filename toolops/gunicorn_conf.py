@@ -28,6 +28,7 @@ try:
 except SettingsInvalid as exc:
     raise SystemExit(f"gunicorn: {exc}") from None
 
+os.environ.setdefault("TOOLOPS_PROCESS_ROLE", "web")  # gunicorn's own lines' role (toolops/logformat.py)
 bind = ENV["GUNICORN_BIND"] or f"{ENV['HOST']}:{ENV['PORT']}"
 workers = ENV["WEB_CONCURRENCY"]
 worker_class = "gthread"
