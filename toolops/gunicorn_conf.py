@@ -19,14 +19,12 @@ so ``keepalive`` costs no thread.
 """
 import os
 
-from toolops.settings_table import SettingsInvalid, read_environment
+from toolops.settings_table import exit_if_invalid, read_environment
 
 # Issue 31: read through the declared settings (toolops/settings_table.py); a bad value stops
 # gunicorn before it binds, naming the variable.
-try:
-    ENV = read_environment(os.environ)
-except SettingsInvalid as exc:
-    raise SystemExit(f"gunicorn: {exc}") from None
+exit_if_invalid(os.environ, "gunicorn")
+ENV = read_environment(os.environ)
 
 os.environ.setdefault("TOOLOPS_PROCESS_ROLE", "web")  # gunicorn's own lines' role (toolops/logformat.py)
 bind = ENV["GUNICORN_BIND"] or f"{ENV['HOST']}:{ENV['PORT']}"
