@@ -128,9 +128,10 @@ def test_every_variable_the_settings_modules_read_is_declared():
 @pytest.mark.parametrize("relative", settings_source.SCANNED)
 def test_the_settings_modules_read_the_environment_only_through_the_table(relative):
     tree = ast.parse((REPO_ROOT / relative).read_text(encoding="utf-8"))
+    # Reads: os.environ.get(...), os.environ[...], os.getenv(...); not a write such as setdefault.
     direct = [ast.unparse(node) for node in ast.walk(tree)
-              if isinstance(node, (ast.Call, ast.Subscript)) and ast.unparse(node).startswith("os.environ")
-              and not ast.unparse(node).startswith("os.environ)")]
+              if (isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ")
+              or (isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.environ.get", "os.getenv"))]
     assert direct == [], f"read these through toolops/settings_table.py: {direct}"
 
 
