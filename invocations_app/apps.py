@@ -13,3 +13,4 @@ class InvocationsAppConfig(AppConfig):
         from invocations_app.operations import connect_metrics
 
         connect_metrics()  # decisions counted for /metrics (docs/how-to/operate.md)
+        import toolops.checks  # noqa: F401  (manage.py check: the declared settings, issue 31)

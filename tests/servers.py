@@ -201,7 +201,8 @@ def make_run(*, worker: bool = True, timeout: float = 180):
                      what="make run's Celery worker")
         yield run
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
+        with contextlib.suppress(ProcessLookupError):  # a test may have stopped it already
+            os.killpg(proc.pid, signal.SIGINT)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

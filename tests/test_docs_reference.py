@@ -54,8 +54,6 @@ def test_every_setting_the_code_reads_is_on_the_settings_page():
         assert f"| `{name}` |" in page, name
 
 
-@pytest.mark.xfail(not settings_source.DECLARED, strict=True,
-                   reason="meanings arrive with the declared settings table (docs/gen/settings_source.py TODO)")
 def test_every_setting_has_a_meaning():
     missing = [s.name for s in settings_source.declared_settings() if not s.meaning.strip()]
     assert not missing, f"settings without a meaning: {missing}"

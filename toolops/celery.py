@@ -6,17 +6,23 @@ with this configuration; ``toolops/__init__.py`` stays empty so the pure core
 (``toolops.runtime``, ``model_io``, ``decisions``) imports without Celery or Django.
 """
 import logging
+import logging.config
 import os
+import sys
 
 from celery import Celery
-from celery.signals import after_setup_logger, after_setup_task_logger, task_postrun, task_prerun, worker_init
+from celery.apps import worker as celery_worker_app
+from celery.signals import celeryd_init, setup_logging, task_postrun, task_prerun, worker_init
 from django.conf import settings
 from django.db import close_old_connections
 from kombu.exceptions import OperationalError as BrokerOperationalError
 from kombu.transport import redis as kombu_redis
 import redis
 
-from toolops.log_redaction import install_on_handlers
+from toolops.logformat import JsonFormatter
+from toolops.settings_table import exit_if_invalid
+
+exit_if_invalid(os.environ, "celery")  # before the worker or beat connects anywhere (issue 31)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "toolops.settings")
 
@@ -115,8 +121,34 @@ def _recycle_db_connections(task=None, **kwargs) -> None:
     close_old_connections()
 
 
-@after_setup_logger.connect
-@after_setup_task_logger.connect
-def _redact_secrets_in_worker_logs(logger=None, **kwargs) -> None:
-    """Celery replaces the root handlers in workers: put the secret filter on its handlers too."""
-    install_on_handlers(logger)
+@celeryd_init.connect  # sent only in a worker, before setup_logging
+def _name_the_worker(**kwargs) -> None:
+    os.environ.setdefault("TOOLOPS_PROCESS_ROLE", "worker")  # its log lines' role (toolops/logformat.py)
+
+
+@celeryd_init.connect  # a worker, before its first warning (the privilege check)
+@setup_logging.connect  # a worker or beat, where Celery would install its own handlers
+def _log_like_every_process(loglevel=None, **kwargs) -> None:
+    """Workers and beat log through settings.LOGGING (format, trace ids, secret filter) instead of
+    Celery's own handlers: with a receiver here Celery configures none (issue 31). Python
+    warnings become log lines too (as Django does). ``--loglevel`` still sets the level."""
+    os.environ.setdefault("TOOLOPS_PROCESS_ROLE", "beat")  # not a worker (named above): the beat
+    logging.config.dictConfig(settings.LOGGING)
+    logging.captureWarnings(True)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
+    # The worker's lifecycle ("ready.", shutdown) stays visible when the rest is at WARNING.
+    logging.getLogger("celery.apps.worker").setLevel(logging.INFO)
+    if settings.LOGGING["handlers"]["console"]["formatter"] == "json":
+        # The worker writes its shutdown notices from signal handlers straight to the terminal
+        # (no logging: a lock there could deadlock); write them as JSON lines instead.
+        celery_worker_app.safe_say = _say_as_json
+
+
+_raw_say = celery_worker_app.safe_say
+
+
+def _say_as_json(msg, f=sys.__stderr__) -> None:
+    record = logging.makeLogRecord({"name": "celery.apps.worker", "levelno": logging.WARNING,
+                                    "levelname": "WARNING", "msg": msg})
+    _raw_say(JsonFormatter().format(record), f)

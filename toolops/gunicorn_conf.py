@@ -19,29 +19,44 @@ so ``keepalive`` costs no thread.
 """
 import os
 
-bind = os.environ.get("GUNICORN_BIND") or f"{os.environ.get('HOST', '0.0.0.0')}:{os.environ.get('PORT', '8000')}"
-workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+from toolops.settings_table import exit_if_invalid, read_environment
+
+# Issue 31: read through the declared settings (toolops/settings_table.py); a bad value stops
+# gunicorn before it binds, naming the variable.
+exit_if_invalid(os.environ, "gunicorn")
+ENV = read_environment(os.environ)
+
+os.environ.setdefault("TOOLOPS_PROCESS_ROLE", "web")  # gunicorn's own lines' role (toolops/logformat.py)
+bind = ENV["GUNICORN_BIND"] or f"{ENV['HOST']}:{ENV['PORT']}"
+workers = ENV["WEB_CONCURRENCY"]
 worker_class = "gthread"
-threads = int(os.environ.get("GUNICORN_THREADS", "4"))
+threads = ENV["GUNICORN_THREADS"]
 # Connections waiting to be accepted: runserver's 10 reset bursts of concurrent clients.
-backlog = int(os.environ.get("GUNICORN_BACKLOG", "2048"))
+backlog = ENV["GUNICORN_BACKLOG"]
 # Above the longest legitimate request (?wait= is capped at TOOLOPS_MAX_WAIT_SECONDS, 30 s).
-timeout = int(os.environ.get("GUNICORN_TIMEOUT", "60"))
+timeout = ENV["GUNICORN_TIMEOUT"]
 graceful_timeout = 30
 keepalive = 5
 # Recycle workers now and then (jittered so they do not restart together).
-max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "20000"))
+max_requests = ENV["GUNICORN_MAX_REQUESTS"]
 max_requests_jitter = max_requests // 10
-accesslog = os.environ.get("GUNICORN_ACCESSLOG", "-") or None
+accesslog = ENV["GUNICORN_ACCESSLOG"] or None
 errorlog = "-"
+if ENV["TOOLOPS_LOG_FORMAT"] == "json":  # gunicorn's own lines as JSON too (its handlers use "generic")
+    logconfig_dict = {
+        "formatters": {"generic": {"()": "toolops.logformat.JsonFormatter"}},
+        # Not also through the root handler Django installs in each worker: once per line.
+        "loggers": {name: {"level": "INFO", "handlers": [handler], "propagate": False}
+                    for name, handler in (("gunicorn.error", "error_console"), ("gunicorn.access", "console"))},
+    }
 # The proxy in front sets X-Forwarded-*; Django trusts them only via SECURE_PROXY_SSL_HEADER.
-forwarded_allow_ips = os.environ.get("FORWARDED_ALLOW_IPS", "127.0.0.1")
+forwarded_allow_ips = ENV["FORWARDED_ALLOW_IPS"]
 # gunicorn's runtime control socket defaults to one path per user (~/.gunicorn/gunicorn.ctl):
 # several servers on one host (tests, benches, instances) would take it from each other.
 # Off unless a path is given.
-control_socket_disable = not os.environ.get("GUNICORN_CONTROL_SOCKET")
+control_socket_disable = not ENV["GUNICORN_CONTROL_SOCKET"]
 if not control_socket_disable:
-    control_socket = os.environ["GUNICORN_CONTROL_SOCKET"]
+    control_socket = ENV["GUNICORN_CONTROL_SOCKET"]
 
 
 def child_exit(server, worker):

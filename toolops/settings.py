@@ -16,49 +16,24 @@ from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 from agent_api.openapi import SCHEMAS as OPENAPI_SCHEMAS
-from toolops.decisions.egress import openers_from_allowlist
+from toolops.settings_table import SettingsInvalid, read_environment
+
+# Issue 31: every variable below is declared once in toolops/settings_table.py (kind, default,
+# meaning) and read here through it: a malformed value stops the process now, naming it.
+try:
+    ENV = read_environment(os.environ)
+except SettingsInvalid as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("TOOLOPS_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR = Path(ENV["TOOLOPS_VAR_DIR"] or BASE_DIR / "var")
 VAR_DIR.mkdir(parents=True, exist_ok=True)
-
-
-def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if raw.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
-
-
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={raw!r} is not an integer") from None
-
-
-def env_allowlist(name: str) -> list[str]:
-    """A comma-separated egress allow-list of ``IP:PORT`` (``[v6]:PORT``); an entry that is not
-    an address (a host name, a URL, a bad port) fails at start-up rather than being ignored."""
-    entries = [e.strip() for e in os.environ.get(name, "").split(",") if e.strip()]
-    try:
-        openers_from_allowlist(entries)
-    except ValueError as exc:
-        raise ImproperlyConfigured(f"{name}: {exc}") from None
-    return entries
 
 
 def _secret_key() -> str:
     """SECRET_KEY from the environment, else one generated once and kept in var/ (not in git)."""
-    if os.environ.get("SECRET_KEY"):
-        return os.environ["SECRET_KEY"]
+    if ENV["SECRET_KEY"]:
+        return ENV["SECRET_KEY"]
     path = VAR_DIR / "secret_key"
     if not path.exists():
         path.write_text(secrets.token_urlsafe(50))
@@ -67,9 +42,9 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = env_bool("DEBUG", False)
-ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
-CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+DEBUG = ENV["DEBUG"]
+ALLOWED_HOSTS = ENV["ALLOWED_HOSTS"]
+CSRF_TRUSTED_ORIGINS = ENV["CSRF_TRUSTED_ORIGINS"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -134,7 +109,7 @@ TEMPLATES = [
 ]
 
 # --- Database -------------------------------------------------------------------------
-DATABASE_URL = os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'toolops.sqlite3'}"
+DATABASE_URL = ENV["DATABASE_URL"] or f"sqlite:///{VAR_DIR / 'toolops.sqlite3'}"
 _IS_POSTGRES = DATABASE_URL.split(":", 1)[0] in ("postgres", "postgresql", "pgsql", "postgis")
 # Web processes on PostgreSQL borrow connections from Django's psycopg pool, bounded per
 # process (threads beyond max_size wait up to DB_POOL_TIMEOUT, then get a 503): the database
@@ -142,14 +117,11 @@ _IS_POSTGRES = DATABASE_URL.split(":", 1)[0] in ("postgres", "postgresql", "pgsq
 # CONN_MAX_AGE=0 with a pool (a connection goes back to the pool after each request).
 # Celery workers keep one persistent connection per process instead (toolops/celery.py drops
 # the pool there): UNPOOLED_CONN_MAX_AGE seconds, health-checked before each task.
-DB_POOL = _IS_POSTGRES and env_bool("DB_POOL", True)
-DB_POOL_OPTIONS = {
-    "min_size": env_int("DB_POOL_MIN_SIZE", 2),
-    "max_size": env_int("DB_POOL_MAX_SIZE", 8),
-    "timeout": env_int("DB_POOL_TIMEOUT", 10),
-}
+DB_POOL = _IS_POSTGRES and ENV["DB_POOL"]
+DB_POOL_OPTIONS = {"min_size": ENV["DB_POOL_MIN_SIZE"], "max_size": ENV["DB_POOL_MAX_SIZE"],
+                   "timeout": ENV["DB_POOL_TIMEOUT"]}
 # Where no pool is used (workers; web with DB_POOL=0): seconds a connection is kept.
-UNPOOLED_CONN_MAX_AGE = env_int("CONN_MAX_AGE", 600)
+UNPOOLED_CONN_MAX_AGE = ENV["CONN_MAX_AGE"]
 if DB_POOL and not 1 <= DB_POOL_OPTIONS["min_size"] <= DB_POOL_OPTIONS["max_size"]:
     raise ImproperlyConfigured("DB_POOL_MIN_SIZE must be >= 1 and <= DB_POOL_MAX_SIZE")
 try:
@@ -173,10 +145,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # INSERT/UPDATE lists as prepared statements, which psycopg allows only when a threshold
     # is set. DB_PREPARE_THRESHOLD=off for a pooler that cannot keep prepared statements
     # (PgBouncer in transaction mode before 1.21): the same SQL then runs unprepared.
-    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
-        None if os.environ.get("DB_PREPARE_THRESHOLD", "").lower() in ("off", "none")
-        else env_int("DB_PREPARE_THRESHOLD", 5)
-    )
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = ENV["DB_PREPARE_THRESHOLD"]
     if DB_POOL:
         DATABASES["default"]["OPTIONS"]["pool"] = dict(DB_POOL_OPTIONS)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -212,7 +181,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 # Before collectstatic has run (tests, runserver --dev) whitenoise finds files in the apps.
-WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", not (STATIC_ROOT / "admin").is_dir())
+WHITENOISE_USE_FINDERS = (not (STATIC_ROOT / "admin").is_dir() if ENV["WHITENOISE_USE_FINDERS"] is None
+                          else ENV["WHITENOISE_USE_FINDERS"])
 
 LOGIN_URL = "admin:login"
 SESSION_COOKIE_HTTPONLY = True
@@ -220,21 +190,17 @@ CSRF_COOKIE_HTTPONLY = False
 
 # --- Deployment behind a TLS proxy (all off by default: `make run` is plain HTTP) ----------
 # docs/how-to/deploy.md lists the values `check --deploy` wants.
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
-SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+SECURE_SSL_REDIRECT = ENV["SECURE_SSL_REDIRECT"]
+SECURE_HSTS_SECONDS = ENV["SECURE_HSTS_SECONDS"]
+SECURE_HSTS_INCLUDE_SUBDOMAINS = ENV["SECURE_HSTS_INCLUDE_SUBDOMAINS"]
+SECURE_HSTS_PRELOAD = ENV["SECURE_HSTS_PRELOAD"]
+SESSION_COOKIE_SECURE = ENV["SESSION_COOKIE_SECURE"]
+CSRF_COOKIE_SECURE = ENV["CSRF_COOKIE_SECURE"]
 # Trust X-Forwarded-Proto only when a proxy that overwrites it sits in front (value: the header's
 # WSGI name and the value meaning https, e.g. "HTTP_X_FORWARDED_PROTO,https").
-_proxy_ssl_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "")
-if _proxy_ssl_header:
-    _name, _, _value = _proxy_ssl_header.partition(",")
-    if not _name.startswith("HTTP_") or not _value:
-        raise ImproperlyConfigured("SECURE_PROXY_SSL_HEADER must look like 'HTTP_X_FORWARDED_PROTO,https'")
-    SECURE_PROXY_SSL_HEADER = (_name, _value)
-USE_X_FORWARDED_HOST = env_bool("USE_X_FORWARDED_HOST", False)
+if ENV["SECURE_PROXY_SSL_HEADER"]:
+    SECURE_PROXY_SSL_HEADER = ENV["SECURE_PROXY_SSL_HEADER"]
+USE_X_FORWARDED_HOST = ENV["USE_X_FORWARDED_HOST"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
@@ -263,16 +229,16 @@ CACHES = {
     # Per process (the dashboard's 15 s payload, see control/dashboard.py).
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     "shared": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": os.environ.get("REDIS_URL"),
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": ENV["REDIS_URL"],
          "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1}}
-        if os.environ.get("REDIS_URL")
+        if ENV["REDIS_URL"]
         else {"BACKEND": "django.core.cache.backends.filebased.FileBasedCache", "LOCATION": str(VAR_DIR / "cache")}
     ),
 }
 # Admin login: at most LOGIN_FAILURES_MAX failed attempts per client address and per username
 # within LOGIN_FAILURES_WINDOW seconds; further attempts are refused until the window passes.
-LOGIN_FAILURES_MAX = env_int("LOGIN_FAILURES_MAX", 10)
-LOGIN_FAILURES_WINDOW = env_int("LOGIN_FAILURES_WINDOW", 900)
+LOGIN_FAILURES_MAX = ENV["LOGIN_FAILURES_MAX"]
+LOGIN_FAILURES_WINDOW = ENV["LOGIN_FAILURES_WINDOW"]
 
 # --- REST API -------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -314,9 +280,9 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery ---------------------------------------------------------------------------
-REDIS_URL = os.environ.get("REDIS_URL", "")
+REDIS_URL = ENV["REDIS_URL"] or ""
 BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or REDIS_URL or "filesystem://"
+CELERY_BROKER_URL = ENV["CELERY_BROKER_URL"] or REDIS_URL or "filesystem://"
 if CELERY_BROKER_URL == "filesystem://":
     for sub in ("out", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
@@ -333,7 +299,7 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 # One queue name per deployment (tests use their own so stale messages never cross runs).
-CELERY_TASK_DEFAULT_QUEUE = os.environ.get("TOOLOPS_QUEUE", "toolops")
+CELERY_TASK_DEFAULT_QUEUE = ENV["TOOLOPS_QUEUE"]
 CELERY_TIMEZONE = "UTC"
 # Keep our log format (with trace ids) in workers instead of Celery's own.
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -342,63 +308,58 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 
 # --- ToolOps --------------------------------------------------------------------------
-TOOLOPS_PARSER_MAX_BYTES = env_int("TOOLOPS_PARSER_MAX_BYTES", 1024 * 1024)
-TOOLOPS_PARSER_MAX_DEPTH = env_int("TOOLOPS_PARSER_MAX_DEPTH", 64)
-TOOLOPS_MAX_WAIT_SECONDS = env_int("TOOLOPS_MAX_WAIT_SECONDS", 30)
+TOOLOPS_PARSER_MAX_BYTES = ENV["TOOLOPS_PARSER_MAX_BYTES"]
+TOOLOPS_PARSER_MAX_DEPTH = ENV["TOOLOPS_PARSER_MAX_DEPTH"]
+TOOLOPS_MAX_WAIT_SECONDS = ENV["TOOLOPS_MAX_WAIT_SECONDS"]
 # Binary results (docs/concepts/results.md: references with an expiry) are served from their result URL this long;
 # then the beat's purge (every TOOLOPS_BINARY_PURGE_SECONDS, 300) drops their bytes, at most
 # TOOLOPS_BINARY_PURGE_BATCH rows per transaction, and the URL answers 410 result_expired.
-TOOLOPS_BINARY_RETENTION_SECONDS = env_int("TOOLOPS_BINARY_RETENTION_SECONDS", 86400)
-TOOLOPS_BINARY_PURGE_BATCH = env_int("TOOLOPS_BINARY_PURGE_BATCH", 500)
+TOOLOPS_BINARY_RETENTION_SECONDS = ENV["TOOLOPS_BINARY_RETENTION_SECONDS"]
+TOOLOPS_BINARY_PURGE_BATCH = ENV["TOOLOPS_BINARY_PURGE_BATCH"]
 # The currency of grant amount limits and approval-policy thresholds saved before they named one
 # (docs/reference/approval-policies.md); new ones must name theirs.
-TOOLOPS_LEGACY_AMOUNT_CURRENCY = os.environ.get("TOOLOPS_LEGACY_AMOUNT_CURRENCY", "EUR").strip().upper()
+TOOLOPS_LEGACY_AMOUNT_CURRENCY = ENV["TOOLOPS_LEGACY_AMOUNT_CURRENCY"]
 # Requests per API token ("<n>/<s|min|hour|day>", or "off"), counted in the shared cache.
-TOOLOPS_API_RATE = os.environ.get("TOOLOPS_API_RATE", "6000/min")
+TOOLOPS_API_RATE = ENV["TOOLOPS_API_RATE"]
 # Seconds a web process remembers a verified live API token (by its SHA-256) instead of reading it
 # on every request; a revocation made in another process, or a deactivated subject, takes effect
 # within this time (api_token_revoke forgets it in its own process at once). 0: read every time.
-TOOLOPS_TOKEN_CACHE_SECONDS = env_int("TOOLOPS_TOKEN_CACHE_SECONDS", 5)
+TOOLOPS_TOKEN_CACHE_SECONDS = ENV["TOOLOPS_TOKEN_CACHE_SECONDS"]
 # One proposals POST may carry at most this many OpenAI tool_calls (more → 413, nothing created).
-TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = env_int("TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST", 64)
+TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST = ENV["TOOLOPS_MAX_TOOL_CALLS_PER_REQUEST"]
 # The outbox sweep (invocations_app/dispatch.py, run by the beat every 2 s): a ready call still
 # unclaimed after this many seconds gets its execution message again (the first was never
 # published or was lost with the broker), at most once per period; so a lost message costs
 # at most about one period. At most TOOLOPS_SWEEP_BATCH calls per sweep.
-TOOLOPS_SWEEP_SECONDS = env_int("TOOLOPS_SWEEP_SECONDS", 10)
-TOOLOPS_SWEEP_BATCH = env_int("TOOLOPS_SWEEP_BATCH", 500)
+TOOLOPS_SWEEP_SECONDS = ENV["TOOLOPS_SWEEP_SECONDS"]
+TOOLOPS_SWEEP_BATCH = ENV["TOOLOPS_SWEEP_BATCH"]
 # Seconds a client is told to wait (Retry-After) when the database or the broker is unavailable.
-TOOLOPS_OUTAGE_RETRY_AFTER = env_int("TOOLOPS_OUTAGE_RETRY_AFTER", 5)
+TOOLOPS_OUTAGE_RETRY_AFTER = ENV["TOOLOPS_OUTAGE_RETRY_AFTER"]
 
 # --- MCP front door (mcp_server/, served by `uvicorn mcp_server.asgi:app`) -----------
 # Its public URL: the RFC 9728 resource identifier and what `make run` prints.
-TOOLOPS_MCP_URL = os.environ.get("TOOLOPS_MCP_URL", "http://127.0.0.1:8001/mcp")
+TOOLOPS_MCP_URL = ENV["TOOLOPS_MCP_URL"]
 # Where people (and OAuth-aware clients) find the console that issues API tokens and decides
 # confirmations: the protected-resource metadata's authorization server, and the base of the
 # confirmation page a URL-mode elicitation points at.
-TOOLOPS_CONSOLE_URL = os.environ.get("TOOLOPS_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
+TOOLOPS_CONSOLE_URL = ENV["TOOLOPS_CONSOLE_URL"].rstrip("/")
 # A JSON-RPC body carries arguments of up to TOOLOPS_PARSER_MAX_BYTES plus its envelope.
-TOOLOPS_MCP_MAX_BODY_BYTES = env_int("TOOLOPS_MCP_MAX_BODY_BYTES", TOOLOPS_PARSER_MAX_BYTES + 64 * 1024)
+TOOLOPS_MCP_MAX_BODY_BYTES = ENV["TOOLOPS_MCP_MAX_BODY_BYTES"] or TOOLOPS_PARSER_MAX_BYTES + 64 * 1024
 # How long a tools/call waits for an admitted call to settle before answering "working".
-TOOLOPS_MCP_WAIT_SECONDS = env_int("TOOLOPS_MCP_WAIT_SECONDS", 30)
+TOOLOPS_MCP_WAIT_SECONDS = ENV["TOOLOPS_MCP_WAIT_SECONDS"]
 # How long a 2025-11-25 ``tasks/result`` waits for a call to become final before asking the
 # client to poll ``tasks/get`` (the wait holds one HTTP request open).
-TOOLOPS_MCP_TASK_RESULT_WAIT_SECONDS = env_int("TOOLOPS_MCP_TASK_RESULT_WAIT_SECONDS", 60)
+TOOLOPS_MCP_TASK_RESULT_WAIT_SECONDS = ENV["TOOLOPS_MCP_TASK_RESULT_WAIT_SECONDS"]
 # Threads for the front door's ORM calls (each holds one database connection).
-TOOLOPS_MCP_DB_THREADS = env_int("TOOLOPS_MCP_DB_THREADS", 16)
+TOOLOPS_MCP_DB_THREADS = ENV["TOOLOPS_MCP_DB_THREADS"]
 # Budgets of the runs the front door opens (a JSON object as in POST /api/v1/runs); none by default.
-try:
-    TOOLOPS_MCP_RUN_BUDGETS = json.loads(os.environ.get("TOOLOPS_MCP_RUN_BUDGETS") or "{}")
-except ValueError:
-    raise ImproperlyConfigured("TOOLOPS_MCP_RUN_BUDGETS must be a JSON object") from None
-if not isinstance(TOOLOPS_MCP_RUN_BUDGETS, dict):
-    raise ImproperlyConfigured("TOOLOPS_MCP_RUN_BUDGETS must be a JSON object")
+TOOLOPS_MCP_RUN_BUDGETS = ENV["TOOLOPS_MCP_RUN_BUDGETS"]
 # Read-only calls that need no confirmation execute in the MCP process itself (the same
 # execution service and record as a worker; see docs/reference/mcp.md), at most
 # TOOLOPS_MCP_INLINE_MAX at once per process (the rest go to the workers), so slow remotes
 # never hold every database thread.
-TOOLOPS_MCP_INLINE_READS = env_bool("TOOLOPS_MCP_INLINE_READS", True)
-TOOLOPS_MCP_INLINE_MAX = env_int("TOOLOPS_MCP_INLINE_MAX", max(1, TOOLOPS_MCP_DB_THREADS // 2))
+TOOLOPS_MCP_INLINE_READS = ENV["TOOLOPS_MCP_INLINE_READS"]
+TOOLOPS_MCP_INLINE_MAX = ENV["TOOLOPS_MCP_INLINE_MAX"] or max(1, TOOLOPS_MCP_DB_THREADS // 2)
 
 LOGGING = {
     "version": 1,
@@ -408,10 +369,13 @@ LOGGING = {
                 "secrets": {"()": "toolops.log_redaction.SecretRedactionFilter"},
                 "pipeline_echo": {"()": "toolops.sql.PipelineAbortedEcho"}},
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"}
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s trace_id=%(trace_id)s span_id=%(span_id)s %(message)s"},
+        # Issue 31: TOOLOPS_LOG_FORMAT=json, one JSON object per line (toolops/logformat.py).
+        "json": {"()": "toolops.logformat.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["trace", "secrets"]}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["trace", "secrets"],
+                             "formatter": "json" if ENV["TOOLOPS_LOG_FORMAT"] == "json" else "plain"}},
+    "root": {"handlers": ["console"], "level": ENV["LOG_LEVEL"]},
     # The MCP SDK's HTTP client logs every request line at INFO: noise in worker logs.
     "loggers": {"httpx2": {"level": "WARNING"},
                 # A failed pipelined INSERT (a concurrent duplicate) is also logged as its echo.
@@ -431,12 +395,12 @@ CELERY_BEAT_SCHEDULE = {
     # The one budget whose end cancels: calls of a run past its wall clock that still wait.
     "runs-wall-clock": {"task": "invocations.runs_wall_clock", "schedule": 5.0},
     # Imported MCP tools: a changed or vanished upstream definition quarantines its ToolSpec.
-    "refresh-upstream-definitions": {"task": "specs.upstream_refresh", "schedule": float(env_int("TOOLOPS_UPSTREAM_REFRESH_SECONDS", 60))},
+    "refresh-upstream-definitions": {"task": "specs.upstream_refresh", "schedule": float(ENV["TOOLOPS_UPSTREAM_REFRESH_SECONDS"])},
     # Webhook retries past the broker's countdown cap, and deliveries whose worker died mid-send.
     "deliver-due-webhooks": {"task": "webhooks.deliver_due", "schedule": 5.0},
     # Binary results past TOOLOPS_BINARY_RETENTION_SECONDS lose their bytes (rows and digests stay).
     "purge-expired-binaries": {"task": "invocations.purge_expired_binaries",
-                               "schedule": float(env_int("TOOLOPS_BINARY_PURGE_SECONDS", 300))},
+                               "schedule": float(ENV["TOOLOPS_BINARY_PURGE_SECONDS"])},
 }
 # See worker/tasks.py for why: late acks + redelivery on worker loss, and a
 # visibility timeout far above any countdown we hand the broker (<= 60 s).
@@ -453,49 +417,40 @@ CELERY_DB_REUSE_MAX = 2**62
 
 # Escalations (invocations_app/escalations.py) also mail the group's members; needs Django's
 # EMAIL_* settings (SMTP) to be configured for this deployment.
-TOOLOPS_NOTIFY_BY_EMAIL = env_bool("TOOLOPS_NOTIFY_BY_EMAIL", False)
+TOOLOPS_NOTIFY_BY_EMAIL = ENV["TOOLOPS_NOTIFY_BY_EMAIL"]
 
-TOOLOPS_DEMO_SERVICES_URL = os.environ.get("TOOLOPS_DEMO_SERVICES_URL", "http://127.0.0.1:8765")
+TOOLOPS_DEMO_SERVICES_URL = ENV["TOOLOPS_DEMO_SERVICES_URL"]
 # An imported MCP tool's executor lists the upstream and compares the live definition with its
 # pin before a call, unless this process saw it match within this many seconds (0: before every
 # call). The refresh (TOOLOPS_UPSTREAM_REFRESH_SECONDS) quarantines a change for every process.
-TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = env_int("TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS", 5)
-if TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS < 0:
-    raise ImproperlyConfigured("TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS must be 0 or more")
+TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS = ENV["TOOLOPS_UPSTREAM_PIN_RECHECK_SECONDS"]
 
 
 # Egress (docs/concepts/admission.md): private/loopback IP:PORT pairs that endpoints fixed in a ToolSpec may reach
 # (nothing is open by default, the demo services and the demo notes MCP server neither: `make run`
 # adds both addresses for the processes it starts). A model-supplied URL needs a grant
 # naming the address instead. The MCP executor, `mcp_import` and the upstream refresh obey it too.
-TOOLOPS_EGRESS_ALLOW = env_allowlist("TOOLOPS_EGRESS_ALLOW")
+TOOLOPS_EGRESS_ALLOW = ENV["TOOLOPS_EGRESS_ALLOW"]
 # Webhook receivers have their own (webhooks/delivery.py): an address opened for a tool is not
 # open to a webhook endpoint's URL, nor the other way round.
-TOOLOPS_WEBHOOK_EGRESS_ALLOW = env_allowlist("TOOLOPS_WEBHOOK_EGRESS_ALLOW")
+TOOLOPS_WEBHOOK_EGRESS_ALLOW = ENV["TOOLOPS_WEBHOOK_EGRESS_ALLOW"]
 # The HMAC key for remote idempotency keys (toolops/decisions/remote_keys.py); default: derived
 # from SECRET_KEY. Changing it changes the keys new calls send; calls in flight keep theirs.
-TOOLOPS_REMOTE_KEY_SECRET = os.environ.get("TOOLOPS_REMOTE_KEY_SECRET", "")
+TOOLOPS_REMOTE_KEY_SECRET = ENV["TOOLOPS_REMOTE_KEY_SECRET"]
 # Outgoing webhooks (webhooks/delivery.py): attempts per delivery, the first
 # retry's delay (doubling after each failure, capped at an hour) and one attempt's deadline.
-TOOLOPS_WEBHOOK_MAX_ATTEMPTS = env_int("TOOLOPS_WEBHOOK_MAX_ATTEMPTS", 8)
-TOOLOPS_WEBHOOK_BACKOFF_SECONDS = env_int("TOOLOPS_WEBHOOK_BACKOFF_SECONDS", 10)
-TOOLOPS_WEBHOOK_TIMEOUT_SECONDS = env_int("TOOLOPS_WEBHOOK_TIMEOUT_SECONDS", 10)
+TOOLOPS_WEBHOOK_MAX_ATTEMPTS = ENV["TOOLOPS_WEBHOOK_MAX_ATTEMPTS"]
+TOOLOPS_WEBHOOK_BACKOFF_SECONDS = ENV["TOOLOPS_WEBHOOK_BACKOFF_SECONDS"]
+TOOLOPS_WEBHOOK_TIMEOUT_SECONDS = ENV["TOOLOPS_WEBHOOK_TIMEOUT_SECONDS"]
 
 
-TOOLOPS_DEMO_NOTES_MCP_URL = os.environ.get("TOOLOPS_DEMO_NOTES_MCP_URL", "http://127.0.0.1:8766/mcp")
+TOOLOPS_DEMO_NOTES_MCP_URL = ENV["TOOLOPS_DEMO_NOTES_MCP_URL"]
 
 
 def _tool_secrets() -> dict:
     """Credentials executors send to tools; never in a ToolSpec, an event or a tool message."""
-    raw = os.environ.get("TOOLOPS_TOOL_SECRETS")
-    if raw:
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            raise ImproperlyConfigured("TOOLOPS_TOOL_SECRETS must be a JSON object") from None
-        if not isinstance(value, dict):
-            raise ImproperlyConfigured("TOOLOPS_TOOL_SECRETS must be a JSON object")
-        return value
+    if ENV["TOOLOPS_TOOL_SECRETS"] is not None:
+        return ENV["TOOLOPS_TOOL_SECRETS"]
     path = VAR_DIR / "tool_secrets.json"
     if not path.exists():
         path.write_text(json.dumps({"DEMO_CALENDAR_TOKEN": "demo-cal-" + secrets.token_urlsafe(18),

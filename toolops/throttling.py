@@ -24,6 +24,8 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from redis.exceptions import RedisError
 from rest_framework.throttling import BaseThrottle
 
+from toolops.settings_table import parse_rate
+
 logger = logging.getLogger(__name__)
 
 CACHE_ERRORS = (RedisError, OSError)
@@ -154,15 +156,12 @@ class _Permits:
 PERMITS = _Permits()
 
 
-_PERIODS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
-
-
 def _parse_rate(rate: str) -> tuple[int, int]:
-    count, _, period = rate.partition("/")
+    """Checked at start-up already (toolops/settings_table.py); a test may set a bad one at run time."""
     try:
-        return int(count), _PERIODS[period]
-    except (ValueError, KeyError):
-        raise ImproperlyConfigured(f"TOOLOPS_API_RATE={rate!r}: use <n>/<s|min|hour|day> or off") from None
+        return parse_rate(rate)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"TOOLOPS_API_RATE={rate!r}: {exc}") from None
 
 
 def _increment(alias: str, key: str, *, timeout: int, by: int = 1) -> int:

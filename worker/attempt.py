@@ -21,6 +21,7 @@ from toolops.sql import update_by_pk
 from toolops.decisions.execution import Commit, ExecutionOutcome
 from toolops.runtime.digest import CanonicalizationError, invocation_digest
 from toolops.runtime.states import State
+from toolops.logformat import invocation_scope
 from toolops.tracelog import trace_scope
 from worker.claim import _confirmations, _needs_confirmation
 from worker.executors import by_kind as executors
@@ -52,7 +53,7 @@ def execution_run(*, invocation: Invocation, attempt: Attempt, gates_checked_at_
     ctx = attempt_context(invocation, number=attempt.number, span_id=attempt.span_id,
                           remote_key=attempt.remote_key or invocation_remote_key(invocation),
                           gates_checked_at_admission=gates_checked_at_admission)
-    with trace_scope(invocation.trace_id, attempt.span_id), LEASES.hold(attempt.pk):
+    with trace_scope(invocation.trace_id, attempt.span_id), invocation_scope(invocation.pk), LEASES.hold(attempt.pk):
         logger.info("attempt %s of %s sent", attempt.number, invocation.tool_ref)
         outcome = _execute_safely(invocation, attempt, ctx)
         logger.info("attempt %s ended: commit=%s failure=%s", attempt.number, outcome.commit, outcome.failure_class)

@@ -9,13 +9,11 @@ these attributes — nothing more:
     meaning     what it does, one or two sentences (Markdown allowed)
     validation  optional: what is refused at start-up (empty when nothing beyond the type)
 
-``declared_settings()`` is the only function the generator and the tests call.
-
-TODO(lead, issue 31): once the declared table of settings exists, make ``declared_settings()``
-return its rows (adapt field names here if they differ) and set ``DECLARED = True``. Until then
-the rows are read from the source of ``toolops/settings.py`` and ``toolops/gunicorn_conf.py``
-(every environment variable they read, with its default), without meanings; the page says so and
-``tests/test_docs_reference.py`` expects the meaning check to fail (strict xfail) until it is wired.
+``declared_settings()`` is the only function the generator and the tests call: it returns the rows
+of the declared table, ``toolops/settings_table.py`` (the one ``toolops/settings.py`` and
+``toolops/gunicorn_conf.py`` read their environment through). ``scanned_settings()`` reads the
+source of those two files for every variable they read (through the table, ``ENV["X"]``, or
+directly, ``os.environ.get("X")``), so a test can check that none is missing from the table.
 """
 from __future__ import annotations
 
@@ -25,9 +23,6 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("toolops/settings.py", "toolops/gunicorn_conf.py")
-
-# True once declared_settings() returns the declared table (with meanings) instead of the scan.
-DECLARED = False
 
 
 class SettingDoc(NamedTuple):
@@ -39,11 +34,13 @@ class SettingDoc(NamedTuple):
 
 
 def declared_settings() -> list[SettingDoc]:
-    """Every setting, in the order the reader should meet them."""
-    return scanned_settings()
+    """Every setting, in the order the reader should meet them (the table's order)."""
+    from toolops.settings_table import SETTINGS
+
+    return [SettingDoc(s.name, s.kind.label, s.default_text, s.meaning) for s in SETTINGS]
 
 
-# --------------------------------------------------------------------------- the interim scan
+# --------------------------------------------------------------------------- the source scan
 
 _READERS = {"env_int": "integer", "env_bool": "boolean"}
 
@@ -61,8 +58,8 @@ def scanned_settings() -> list[SettingDoc]:
 
 
 def _env_read(node: ast.AST, source: str) -> SettingDoc | None:
-    """``os.environ.get("X", d)``, ``os.environ["X"]``, ``env_int("X", d)``, ``env_bool("X", d)``."""
-    if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
+    """``ENV["X"]``, ``os.environ.get("X", d)``, ``os.environ["X"]``, ``env_int("X", d)``, ``env_bool("X", d)``."""
+    if isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "ENV"):
         key = node.slice
         return _doc(key, None, "string", source) if isinstance(key, ast.Constant) else None
     if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import secrets
 import signal
-import subprocess
 import sys
 import time
 from urllib.parse import urlsplit
@@ -19,6 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from devtools.demo import load_demo
+from devtools.processes import Children, port_in_use
 from worker.egress_net import allow_with
 
 
@@ -72,10 +72,13 @@ class Command(BaseCommand):
         parser.add_argument("--addr", help="where the console listens (default 127.0.0.1:$PORT, PORT defaulting to 8000)")
         parser.add_argument("--no-worker", action="store_true", help="run only the web process")
         parser.add_argument("--dev", action="store_true", help="Django's runserver instead of gunicorn (development only)")
+        parser.add_argument("--verbose", action="store_true",
+                            help="the worker's and beat's INFO lines too (each task; default: WARNING, or LOG_LEVEL)")
 
-    def handle(self, *args, addr, no_worker, dev, **options):
+    def handle(self, *args, addr, no_worker, dev, verbose, **options):
         addresses = demo_addresses(os.environ, addr)
         addr = addresses.pop("addr")
+        refuse_taken_ports(addr, addresses)
         # Before the demo data (its grants pin the demo services' address) and before any child
         # process starts (each reads these from its environment).
         for name, url in addresses.items():
@@ -94,24 +97,49 @@ class Command(BaseCommand):
         os.environ["TOOLOPS_EGRESS_ALLOW"] = allow = demo_egress_allow()
         settings.TOOLOPS_EGRESS_ALLOW = allow.split(",") if allow else []
         demo_port = settings.TOOLOPS_DEMO_SERVICES_URL.rsplit(":", 1)[-1].strip("/")
+        # Issue 31: each child in its own process group, its lines prefixed with its name, and every
+        # one stopped on Ctrl-C or SIGTERM (devtools/processes.py).
+        children = Children()
+        signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            self._start(children, python, addr, demo_port, dev=dev, worker=not no_worker,
+                        celery_level="INFO" if verbose else os.environ.get("LOG_LEVEL") or "WARNING")
+            self._banner(addr, allow, info, token, dev)
+            while (stopped := children.exited()) is None:
+                time.sleep(0.5)
+            self.stderr.write(f"{stopped.name} exited with status {stopped.proc.returncode}: stopping the others")
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the stopping short
+                signal.signal(sig, signal.SIG_IGN)
+            children.stop()
+
+    def _start(self, children: Children, python: str, addr: str, demo_port: str, *, dev: bool, worker: bool,
+               celery_level: str) -> None:
+        def env(role: str, **extra: str) -> dict[str, str]:
+            return {**os.environ, "TOOLOPS_PROCESS_ROLE": role, **extra}
+
         if dev:
-            web = subprocess.Popen([python, "manage.py", "runserver", addr, "--insecure", "--noreload"])
+            children.start("web", [python, "manage.py", "runserver", addr, "--insecure", "--noreload"], env("web"))
         else:
             call_command("collectstatic", interactive=False, verbosity=0)
-            web = subprocess.Popen(
-                [python, "-m", "gunicorn", "-c", "python:toolops.gunicorn_conf", "toolops.wsgi"],
-                env={**os.environ, "GUNICORN_BIND": addr},
-            )
-        procs = [
-            web,
-            subprocess.Popen([python, "manage.py", "run_demo_services", "--port", demo_port]),
-            self._notes_mcp(python),
-            subprocess.Popen(mcp_command(python)),
-        ]
-        if not no_worker:
-            procs.append(subprocess.Popen(
-                [python, "-m", "celery", "-A", "toolops", "worker", "-B", "--loglevel=INFO", "--concurrency=2"]
-            ))
+            children.start("web", [python, "-m", "gunicorn", "-c", "python:toolops.gunicorn_conf", "toolops.wsgi"],
+                           env("web", GUNICORN_BIND=addr))
+        children.start("demo", [python, "manage.py", "run_demo_services", "--port", demo_port], env("demo"))
+        url = urlsplit(settings.TOOLOPS_DEMO_NOTES_MCP_URL)
+        # The demo upstream MCP server, requiring the demo credential when one is configured.
+        children.start("notes", [python, "-m", "demo_services.notes_mcp", "--host", url.hostname or "127.0.0.1",
+                                 "--port", str(url.port or 8766)],
+                       env("demo", NOTES_MCP_TOKEN=(settings.TOOLOPS_TOOL_SECRETS or {}).get("NOTES_MCP_TOKEN", "")))
+        children.start("mcp", mcp_command(python), env("mcp"))
+        if worker:
+            # One process for the demo: the worker runs the beat too (-B). Its lifecycle lines
+            # ("ready.") show at any level; each task's lines only with --verbose or LOG_LEVEL=INFO.
+            children.start("worker", [python, "-m", "celery", "-A", "toolops", "--quiet", "worker", "-B",
+                                      f"--loglevel={celery_level}", "--concurrency=2"], env("worker"))
+
+    def _banner(self, addr: str, allow: str, info: dict, token: str, dev: bool) -> None:
         self.stdout.write(self.style.SUCCESS(f"\nToolOps console:  http://{addr}/"))
         self.stdout.write(f"API docs:         http://{addr}/api/docs/")
         self.stdout.write(f"console URL:      {settings.TOOLOPS_CONSOLE_URL} (TOOLOPS_CONSOLE_URL, in links and MCP metadata)")
@@ -128,26 +156,25 @@ class Command(BaseCommand):
         self.stdout.write(f"broker:           {settings.CELERY_BROKER_URL}   database: {settings.DATABASES['default']['ENGINE']}")
         self.stdout.write(f"web server:       {'runserver (--dev)' if dev else 'gunicorn (toolops/gunicorn_conf.py)'}")
         self.stdout.write("PORT=<n> make run moves the console to n and the others to n+1, n+765, n+766.")
-        self.stdout.write("Ctrl-C stops everything.\n")
-        try:
-            while all(p.poll() is None for p in procs):
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGINT)
-            for p in procs:
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+        self.stdout.write("Ctrl-C (or SIGTERM) stops everything. Each line below starts with its process's name; "
+                          "--verbose (or LOG_LEVEL=INFO) shows the worker's task lines too.\n")
+        self.stdout.flush()
 
-    @staticmethod
-    def _notes_mcp(python: str) -> subprocess.Popen:
-        """The demo upstream MCP server, requiring the demo credential when one is configured."""
-        url = urlsplit(settings.TOOLOPS_DEMO_NOTES_MCP_URL)
-        env = {**os.environ, "NOTES_MCP_TOKEN": (settings.TOOLOPS_TOOL_SECRETS or {}).get("NOTES_MCP_TOKEN", "")}
-        return subprocess.Popen([python, "-m", "demo_services.notes_mcp", "--host", url.hostname or "127.0.0.1",
-                                 "--port", str(url.port or 8766)], env=env)
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM (a process manager's stop) ends `make run` as Ctrl-C does: every child is stopped."""
+    raise KeyboardInterrupt
+
+
+def refuse_taken_ports(addr: str, addresses: dict[str, str]) -> None:
+    """Before anything starts (and before the banner): a port `make run` needs that something else
+    holds is an error naming the port, instead of a banner followed by "Address already in use"."""
+    host, _, port = addr.rpartition(":")
+    needed = {("console", host, int(port))}
+    for name in ("TOOLOPS_MCP_URL", "TOOLOPS_DEMO_SERVICES_URL", "TOOLOPS_DEMO_NOTES_MCP_URL"):
+        url = urlsplit(addresses[name])
+        needed.add((name, url.hostname or "127.0.0.1", url.port or (443 if url.scheme == "https" else 80)))
+    taken = sorted(f"{port} ({what}, {host})" for what, host, port in needed if port_in_use(host, port))
+    if taken:
+        raise CommandError(f"port {', '.join(taken)} already in use: stop what holds it, or run on other ports "
+                           "(PORT=<n> make run; docs/how-to/demo-ports.md)")
