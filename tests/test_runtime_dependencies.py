@@ -16,7 +16,7 @@ import sys
 
 from tests.conftest import REPO_ROOT
 
-SERVICE_PACKAGES = ("toolops", "specs_app", "invocations_app", "agent_api", "control", "mcp_server", "worker",
+SERVICE_PACKAGES = ("toolops", "specs_app", "invocations_app", "agent_api", "control", "mcp_server", "oauth", "worker",
                     "webhooks", "audit", "devtools", "demo_services")
 TEST_TOOLS = ("pytest", "playwright", "schemathesis", "hypothesis")
 

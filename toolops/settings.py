@@ -465,9 +465,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # --- OAuth 2.1 authorization server for MCP clients (issue 33; oauth/) ----------------
 # The resources tokens may be bound to (RFC 8707): the MCP server, unless the operator names more.
-TOOLOPS_OAUTH_RESOURCES = [r.strip() for r in os.environ.get("TOOLOPS_OAUTH_RESOURCES", "").split(",") if r.strip()] or [TOOLOPS_MCP_URL]
+TOOLOPS_OAUTH_RESOURCES = ENV["TOOLOPS_OAUTH_RESOURCES"] or [TOOLOPS_MCP_URL]
 # Dynamic client registrations per client address (shared cache counters, as the API rate).
-TOOLOPS_OAUTH_REGISTER_RATE = os.environ.get("TOOLOPS_OAUTH_REGISTER_RATE", "30/hour")
+TOOLOPS_OAUTH_REGISTER_RATE = ENV["TOOLOPS_OAUTH_REGISTER_RATE"]
 # Named because a foreign key to a swappable model depends on its setting (the toolkit's own model).
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
 OAUTH2_PROVIDER = {
@@ -477,8 +477,8 @@ OAUTH2_PROVIDER = {
     "SCOPES": {"mcp": "Call ToolOps tools over MCP as the agent you choose"},
     "DEFAULT_SCOPES": ["mcp"],
     # Short-lived access tokens; refresh tokens rotate, and a reused one revokes its family.
-    "ACCESS_TOKEN_EXPIRE_SECONDS": env_int("TOOLOPS_OAUTH_ACCESS_TOKEN_SECONDS", 900),
-    "REFRESH_TOKEN_EXPIRE_SECONDS": env_int("TOOLOPS_OAUTH_REFRESH_TOKEN_SECONDS", 30 * 86400),
+    "ACCESS_TOKEN_EXPIRE_SECONDS": ENV["TOOLOPS_OAUTH_ACCESS_TOKEN_SECONDS"],
+    "REFRESH_TOKEN_EXPIRE_SECONDS": ENV["TOOLOPS_OAUTH_REFRESH_TOKEN_SECONDS"],
     "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
     "ROTATE_REFRESH_TOKEN": True,
     "REFRESH_TOKEN_REUSE_PROTECTION": True,
@@ -501,13 +501,13 @@ OAUTH2_PROVIDER = {
     "CIMD_ENABLED": True,
     "CIMD_METADATA_FETCHER": "oauth.registration.EgressMetadataFetcher",
 }
+
 # --- Issue 31: metrics (docs/how-to/operate.md) -------------------------------------------
 # Every process (gunicorn workers, Celery children, the MCP server) writes its counts to files
 # in one directory; a scrape of the web's /metrics sums them (prometheus-client multiprocess).
-TOOLOPS_METRICS = env_bool("TOOLOPS_METRICS", True)
-TOOLOPS_METRICS_DIR = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.environ.get("TOOLOPS_METRICS_DIR")
-                           or VAR_DIR / "metrics")
+TOOLOPS_METRICS = ENV["TOOLOPS_METRICS"]
+TOOLOPS_METRICS_DIR = Path(ENV["PROMETHEUS_MULTIPROC_DIR"] or ENV["TOOLOPS_METRICS_DIR"] or VAR_DIR / "metrics")
 TOOLOPS_METRICS_DIR.mkdir(parents=True, exist_ok=True)
-os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(TOOLOPS_METRICS_DIR)  # read when prometheus_client is imported
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(TOOLOPS_METRICS_DIR))  # read when prometheus_client is imported
 # GET /metrics answers only "Authorization: Bearer <this>"; unset, /metrics is a 404.
-TOOLOPS_METRICS_TOKEN = os.environ.get("TOOLOPS_METRICS_TOKEN", "")
+TOOLOPS_METRICS_TOKEN = ENV["TOOLOPS_METRICS_TOKEN"]

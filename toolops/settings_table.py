@@ -322,6 +322,22 @@ SETTINGS: tuple[Setting, ...] = (
        empty_is_unset=False),
     _s("FORWARDED_ALLOW_IPS", STRING, "127.0.0.1", "Proxies whose `X-Forwarded-*` gunicorn trusts."),
     _s("GUNICORN_CONTROL_SOCKET", STRING, None, "Path of gunicorn's control socket; unset: none."),
+    # --- Metrics (docs/how-to/operate.md)
+    _s("TOOLOPS_METRICS", BOOLEAN, "1", "Count for `/metrics` (prometheus-client, multiprocess); `0`: count nothing."),
+    _s("TOOLOPS_METRICS_DIR", STRING, None, "Directory every process writes its metric files to (one per "
+       "deployment host; empty it when the whole deployment restarts).", shown_default="var/metrics"),
+    _s("PROMETHEUS_MULTIPROC_DIR", STRING, None, "prometheus-client's own name for the same directory; wins over "
+       "`TOOLOPS_METRICS_DIR`.", shown_default="$TOOLOPS_METRICS_DIR"),
+    _s("TOOLOPS_METRICS_TOKEN", STRING, "", "`GET /metrics` answers only `Authorization: Bearer <this>`; unset: "
+       "`/metrics` is a 404.", secret=True),
+    # --- OAuth 2.1 for MCP clients (docs/reference/oauth.md)
+    _s("TOOLOPS_OAUTH_RESOURCES", LIST, "", "Resources (RFC 8707) a token may be bound to.",
+       shown_default="$TOOLOPS_MCP_URL"),
+    _s("TOOLOPS_OAUTH_REGISTER_RATE", Kind("rate", _rate), "30/hour", "Dynamic client registrations per client "
+       "address per window (`<n>/<s|min|hour|day>`)."),
+    _s("TOOLOPS_OAUTH_ACCESS_TOKEN_SECONDS", COUNT, "900", "Lifetime of an OAuth access token, in seconds."),
+    _s("TOOLOPS_OAUTH_REFRESH_TOKEN_SECONDS", COUNT, "2592000", "Lifetime of an OAuth refresh token, in seconds "
+       "(rotated at each use)."),
     # --- Tracing (the OpenTelemetry SDK reads these standard variables too)
     _s("OTEL_EXPORTER_OTLP_ENDPOINT", HTTP_URL, None, "OTLP/HTTP collector for the spans; unset: no export."),
     _s("OTEL_SERVICE_NAME", STRING, "toolops", "`service.name` of the exported spans."),
