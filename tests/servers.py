@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -143,15 +144,25 @@ NOT_EMBEDDED = ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "DB_POOL", "CO
 
 
 def _port_is_free(port: int) -> bool:
+    """Nobody listens there and it can be bound now."""
     with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) != 0
+        if sock.connect_ex(("127.0.0.1", port)) == 0:
+            return False
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port_with_neighbours() -> int:
-    """A free port p whose `make run` neighbours (p+1, p+765, p+766) are free too."""
-    for _ in range(50):
-        port = free_port()
-        if port + max(MAKE_RUN_OFFSETS) <= 65535 and all(_port_is_free(port + o) for o in MAKE_RUN_OFFSETS):
+    """A free port p whose `make run` neighbours (p+1, p+765, p+766) are free too. Picked below
+    the kernel's ephemeral range (32768 and up here): a port in it can be taken by any outgoing
+    connection between this check and `make run`'s bind, which made the demo fail to listen."""
+    for _ in range(200):
+        port = random.randrange(20000, 32768 - max(MAKE_RUN_OFFSETS))
+        if all(_port_is_free(port + o) for o in MAKE_RUN_OFFSETS):
             return port
     raise RuntimeError("no free port with free neighbours")
 

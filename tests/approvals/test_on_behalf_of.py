@@ -89,6 +89,7 @@ def bind_in_admin(client, subject: Subject, person) -> object:
     client.force_login(admin)
     return client.post(f"/specs_app/subject/{subject.pk}/change/", {
         "tenant": subject.tenant_id, "name": subject.name, "is_active": "on", "acts_for": person.pk if person else "",
+        "timezone": subject.timezone, "locale": subject.locale,  # the form shows them filled in
     })
 
 
