@@ -78,14 +78,14 @@ _READ = object()
 
 
 def encode(invocation: Invocation, result: ToolResult, *, notice=_READ):
-    """Identifiers, enum members and formatted values of a result stay usable (``FreeTextRule``);
-    free text is wrapped as untrusted — inside a string where an output schema fixes the types.
+    """Identifiers, enum members and formatted values of a result stay unmarked (``FreeTextRule``,
+    by the output schema where the ToolSpec pins one); free text is marked untrusted once per message.
     ``notice``: the edit notice when the caller already read it (else ``edit_notice`` reads it)."""
     schema = output_schema(invocation)
     return encode_result(result, policy=result_policy(invocation), invocation_id=str(invocation.pk),
                          tool_ref=invocation.tool_ref or invocation.proposal.name,
                          edited_by_approver=edit_notice(invocation) if notice is _READ else notice,
-                         free_text=FreeTextRule(schema), output_schema=schema)
+                         free_text=FreeTextRule(schema))
 
 
 def message_rows(invocation: Invocation, result: ToolResult, encoded) -> list[list]:

@@ -141,17 +141,26 @@ def _check_sdk(fmt: str, message: dict, *, is_error: bool) -> None:
         assert parsed.is_error is is_error
 
 
-def _strings(node, inside_untrusted: bool = False):
-    """Every string in a JSON value, with whether it sits inside an ``untrusted_data`` wrapper."""
-    if isinstance(node, str):
-        yield node, inside_untrusted
-    elif isinstance(node, list):
-        for item in node:
-            yield from _strings(item, inside_untrusted)
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            yield key, inside_untrusted
-            yield from _strings(value, inside_untrusted or key == "untrusted_data")
+def _strings(payload):
+    """Every string (keys too) of a tool message's payload, with whether the message's one mark
+    names it: it sits at or under one of ``untrusted_fields`` in ``result`` (or ``error``)."""
+    marked = [tuple(f.split("/")[1:]) if f else () for f in payload.get("untrusted_fields", [])]
+
+    def walk(node, path, within):
+        inside = within is not None and any(path[len(within):len(within) + len(m)] == m for m in marked) \
+            if within is not None else False
+        if isinstance(node, str):
+            yield node, inside
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                yield from walk(item, path + (str(i),), within)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                yield key, False
+                starts = within if within is not None else (path + (key,) if path == () and key in ("result", "error") else None)
+                yield from walk(value, path + (key,), starts)
+
+    yield from walk(payload, (), None)
 
 
 # ============================================================================================
@@ -480,7 +489,7 @@ def test_a_large_page_is_truncated_and_pages_back_byte_for_byte(demo_agent, work
     assert len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()) <= 2048
     result = payload["result"]
     assert result["total_bytes"] == len(full_stored) and result["next_cursor"]
-    assert payload["untrusted_fields"] == [""]  # every string of the external result
+    assert "/text" in payload["untrusted_fields"]  # the page's text, named once for the whole preview
 
     # Continue from the message's cursor, page by page.
     pieces, cursor, pages = [result["preview"].encode("utf-8")], result["next_cursor"], 0
@@ -506,18 +515,17 @@ def test_a_large_page_is_truncated_and_pages_back_byte_for_byte(demo_agent, work
             break
     assert b"".join(pieces) == full_stored
 
-    # The whole page as the service serves it, inside the untrusted wrapper.
+    # The whole page as the service serves it, in the tool's own shape (the message marks it).
     page_text = requests.get(url, timeout=10).text
     value = json.loads(full_stored)
-    assert value["text"]["untrusted_data"]["text"] == page_text
-    assert value["text"]["untrusted_data"]["source"] == "tool_output"
-    assert value["content_type"]["untrusted_data"]["text"].startswith("text/html")
+    assert value["text"] == page_text and value["content_type"].startswith("text/html")
+    assert "/text" in payload["untrusted_fields"] and payload["untrusted_note"]
 
     _problem(demo_agent.get(f"/api/v1/invocations/{inv['id']}/result", cursor="not-a-cursor!"), 400, "invalid_cursor")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_injected_instructions_come_back_only_as_untrusted_data(demo_agent, worker, demo_services):
+def test_injected_instructions_come_back_only_as_marked_untrusted_data(demo_agent, worker, demo_services):
     url = f"{demo_services.base}/web/pages/injection"
     assert INJECTION_MARK in requests.get(url, timeout=10).text
     call = _model_call(demo_agent, [WEB])
@@ -530,11 +538,10 @@ def test_injected_instructions_come_back_only_as_untrusted_data(demo_agent, work
         _check_sdk(fmt, message, is_error=False)
         payload = _payload(fmt, message)
         assert payload["truncated"] is False  # the structure is checkable, not only a preview string
-        assert payload["untrusted_fields"] == [""]
-        wrapped = payload["result"]["text"]["untrusted_data"]
-        assert wrapped["source"] == "tool_output" and INJECTION_MARK in wrapped["text"]
+        assert "/text" in payload["untrusted_fields"] and payload["untrusted_note"]
+        assert INJECTION_MARK in payload["result"]["text"]
         outside = [s for s, inside in _strings(payload) if not inside and INJECTION_MARK in s]
-        assert outside == [], f"{fmt}: injected text outside the untrusted wrapper"
+        assert outside == [], f"{fmt}: injected text outside the marked fields"
         # Nothing in the envelope around the payload carries it either.
         envelope = {k: v for k, v in message.items() if k not in ("content", "structuredContent")}
         assert INJECTION_MARK not in json.dumps(envelope, ensure_ascii=False)

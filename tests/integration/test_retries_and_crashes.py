@@ -366,8 +366,8 @@ def test_business_rejection_fails_before_commit_after_one_attempt(demo_agent, wo
     content = json.loads(openai["content"])
     assert openai["tool_call_id"] == "call_1"
     assert content["ok"] is False and content["error"]["code"] == "business_rejected"
-    # The remote's own words reach the model only as untrusted data (issue 13 item 5).
-    assert "calendar is locked" in content["error"]["remote_message"]["untrusted_data"]["text"]
+    # The remote's own words reach the model only as marked untrusted data (issue 13 item 5).
+    assert "calendar is locked" in content["error"]["remote_message"] and content["untrusted_note"]
     assert content["untrusted_fields"] == ["/remote_message"]
     assert _tool_message(demo_agent, inv["id"], "anthropic")["is_error"] is True
     assert _tool_message(demo_agent, inv["id"], "mcp")["isError"] is True

@@ -54,26 +54,47 @@ def encode(result: ToolResult | None = None, **policy) -> EncodedResult:
                          tool_ref="weather.get_forecast@1")
 
 
-def untrusted_texts(node) -> list[str]:
-    """Every string that sits inside an untrusted_data wrapper."""
-    if isinstance(node, dict):
-        if set(node) == {"untrusted_data"}:
-            return [node["untrusted_data"]["text"]]
-        return [t for v in node.values() for t in untrusted_texts(v)]
-    if isinstance(node, list):
-        return [t for v in node for t in untrusted_texts(v)]
-    return []
+def _resolve(node, pointer: str):
+    for token in parse_pointer(pointer):
+        node = node[int(token)] if isinstance(node, list) else node[token]
+    return node
 
 
-def all_strings(node, *, skip_wrappers: bool = False) -> list[str]:
-    """Every key and string value; with skip_wrappers, leave out the insides of untrusted wrappers."""
+def _strings_in(node) -> list[str]:
     if isinstance(node, dict):
-        if skip_wrappers and set(node) == {"untrusted_data"}:
-            return []
-        return [s for k, v in node.items() for s in [k, *all_strings(v, skip_wrappers=skip_wrappers)]]
+        return [s for v in node.values() for s in _strings_in(v)]
     if isinstance(node, list):
-        return [s for v in node for s in all_strings(v, skip_wrappers=skip_wrappers)]
+        return [s for v in node for s in _strings_in(v)]
     return [node] if isinstance(node, str) else []
+
+
+def untrusted_texts(payload, where: str = "result") -> list[str]:
+    """Every string the message's one mark names: under each of ``untrusted_fields``, read in
+    ``payload[where]`` (the value, or the error)."""
+    return [t for pointer in payload.get("untrusted_fields", []) for t in _strings_in(_resolve(payload[where], pointer))]
+
+
+def all_strings(node) -> list[str]:
+    """Every key and string value."""
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in [k, *all_strings(v)]]
+    if isinstance(node, list):
+        return [s for v in node for s in all_strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+def unmarked_strings(payload, where: str = "result") -> list[str]:
+    """Every key and string of the message outside the fields its mark names (those are blanked
+    out of a copy by position, so an equal string elsewhere still counts)."""
+    payload = json.loads(json.dumps(payload))
+    for pointer in payload.get("untrusted_fields", []):
+        tokens = parse_pointer(pointer)
+        if not tokens:
+            payload[where] = None
+            continue
+        holder = _resolve(payload[where], "".join("/" + t.replace("~", "~0").replace("/", "~1") for t in tokens[:-1]))
+        holder[int(tokens[-1]) if isinstance(holder, list) else tokens[-1]] = None
+    return all_strings(payload)
 
 
 def reassemble(full_bytes: bytes, *, cursor: str | None, page_bytes: int) -> bytes:
@@ -316,53 +337,54 @@ def web_page(**overrides) -> ToolResult:
     return make_result(**fields)
 
 
-def test_it_wraps_untrusted_text_so_it_cannot_read_as_instructions():
+def test_it_marks_untrusted_text_once_and_keeps_the_results_shape():
     e = encode(web_page())
-    assert e.payload["result"]["text"] == {
-        "untrusted_data": {"source": "tool_output", "text": f"Welcome! {INJECTION}.", "note": UNTRUSTED_NOTE}
-    }
-    assert e.payload["result"]["url"] == "https://example.com/"  # only the marked field is wrapped
-    assert e.payload["untrusted_fields"] == ["/text"]
+    assert e.payload["result"] == {"url": "https://example.com/", "status": 200, "text": f"Welcome! {INJECTION}."}
+    assert e.payload["untrusted_fields"] == ["/text"]  # only the marked field is named
+    assert e.payload["untrusted_note"] == UNTRUSTED_NOTE
 
 
-def test_it_lets_injected_text_appear_only_inside_the_wrapper_in_every_format():
+def test_it_lets_injected_text_appear_only_in_marked_fields_in_every_format():
     e = encode(web_page())
-    assert not any(INJECTION in s for s in all_strings(e.payload, skip_wrappers=True))
+    assert not any(INJECTION in s for s in unmarked_strings(e.payload))
     assert any(INJECTION in s for s in untrusted_texts(e.payload))
     for fmt in ("openai", "anthropic", "mcp"):
         message = render(fmt, e, tool_call_id="call_1", is_error=False)
         text = message["content"] if fmt == "openai" else message["content"][0]["text"]
-        assert json.loads(text) == e.payload
+        assert json.loads(text) == e.payload  # the mark travels with the text, in every format
         assert INJECTION.encode() in message_bytes(message)  # present, but only as quoted data
+        assert message_bytes(message).count(UNTRUSTED_NOTE.encode()) == (2 if fmt == "mcp" else 1)  # text + structuredContent
 
 
-def test_it_wraps_every_string_below_a_pointer_to_a_container():
+def test_it_names_every_string_below_a_pointer_to_a_container():
     value = {"results": [{"title": INJECTION, "rank": 1}, {"title": "ok", "tags": ["a", INJECTION]}], "query": "q"}
     e = encode(make_result(value=value, untrusted_text_pointers=("/results",)))
-    assert not any(INJECTION in s for s in all_strings(e.payload, skip_wrappers=True))
-    assert sorted(untrusted_texts(e.payload["result"])) == sorted([INJECTION, "ok", "a", INJECTION])
-    assert e.payload["result"]["query"] == "q" and e.payload["result"]["results"][0]["rank"] == 1
-    assert e.payload["untrusted_fields"] == ["/results"]
+    assert e.payload["result"] == value
+    assert not any(INJECTION in s for s in unmarked_strings(e.payload))
+    assert sorted(untrusted_texts(e.payload)) == sorted([INJECTION, "ok", "a", INJECTION])
+    assert e.payload["untrusted_fields"] == ["/results/0/title", "/results/1/tags/0", "/results/1/tags/1",
+                                             "/results/1/title"]
 
 
-def test_it_wraps_a_whole_string_value_with_the_empty_pointer():
+def test_it_marks_a_whole_string_value_with_the_empty_pointer():
     e = encode(make_result(value=INJECTION, untrusted_text_pointers=("",)))
-    assert untrusted_texts(e.payload["result"]) == [INJECTION] and e.payload["untrusted_fields"] == [""]
+    assert e.payload["result"] == INJECTION
+    assert untrusted_texts(e.payload) == [INJECTION] and e.payload["untrusted_fields"] == [""]
 
 
 def test_it_resolves_escaped_pointer_tokens_and_array_indexes():
     assert parse_pointer("/a~1b/~0c/0") == ("a/b", "~c", "0")
     value = {"a/b": {"~c": [INJECTION, "safe"]}}
     e = encode(make_result(value=value, untrusted_text_pointers=("/a~1b/~0c/0",)))
-    assert e.payload["result"]["a/b"]["~c"][1] == "safe"
+    assert e.payload["result"] == value
     assert untrusted_texts(e.payload) == [INJECTION]
     assert e.payload["untrusted_fields"] == ["/a~1b/~0c/0"]
 
 
-def test_it_wraps_overlapping_pointers_once():
+def test_it_names_a_string_under_overlapping_pointers_once():
     e = encode(make_result(value={"a": {"b": INJECTION}}, untrusted_text_pointers=("/a", "/a/b")))
-    assert e.payload["result"]["a"]["b"]["untrusted_data"]["text"] == INJECTION
-    assert e.payload["untrusted_fields"] == ["/a", "/a/b"]
+    assert e.payload["result"]["a"]["b"] == INJECTION
+    assert e.payload["untrusted_fields"] == ["/a/b"]
 
 
 def test_it_leaves_out_pointers_that_match_nothing():
@@ -370,15 +392,13 @@ def test_it_leaves_out_pointers_that_match_nothing():
     assert "untrusted_fields" not in e.payload and e.payload["result"] == {"status": 200}
 
 
-def test_it_keeps_untrusted_text_wrapped_in_a_truncated_preview_and_its_pages():
+def test_it_keeps_the_mark_on_a_truncated_preview_and_its_pages():
     e = encode(web_page(value={"text": "x" * 3000 + INJECTION}), max_bytes=MIN_MAX_BYTES * 2)
     assert e.truncated and e.payload["untrusted_fields"] == ["/text"]
+    assert e.payload["untrusted_note"] == UNTRUSTED_NOTE  # the header is never cut
     full = json.loads(e.full_bytes)
-    assert untrusted_texts(full) == ["x" * 3000 + INJECTION]
-    # The wrapper's opening and note come before the text in the canonical bytes, so any
-    # prefix that shows part of the text also shows that it is quoted outside data.
-    preview = e.payload["result"]["preview"]
-    assert preview.startswith('{"text":{"untrusted_data":{"note":') and UNTRUSTED_NOTE in preview
+    assert full == {"text": "x" * 3000 + INJECTION}  # the pages reassemble the tool's own value
+    assert e.payload["result"]["preview"].startswith('{"text":"xxx')
 
 
 # --- redaction ------------------------------------------------------------------------------
@@ -403,7 +423,7 @@ def test_it_removes_a_secret_from_keys_values_and_external_ids():
     result = e.payload["result"]
     assert result["token"] == REDACTED and result[f"key-{REDACTED}"] == "value"
     assert result["nested"] == [{"deep": f"Authorization: Bearer {REDACTED}"}, REDACTED * 2]
-    assert result["page"]["untrusted_data"]["text"] == f"{INJECTION} with {REDACTED}"
+    assert result["page"] == f"{INJECTION} with {REDACTED}" and e.payload["untrusted_fields"] == ["/page"]
     assert e.payload["external_resource_id"] == f"res-{REDACTED}"
     assert e.payload["redactions"] == 7
 
@@ -583,16 +603,19 @@ def test_it_treats_everything_an_external_executor_returns_as_untrusted_unless_t
             ResultPolicy.from_dict({"untrusted_text": bad})
 
 
-def test_it_wraps_every_string_of_a_json_value_under_the_empty_pointer():
+def test_it_names_every_string_of_a_json_value_under_the_empty_pointer():
     e = encode(make_result(value={"id": "evt_1", "items": [{"title": INJECTION}], "n": 2}, untrusted_text_pointers=("",)))
-    assert e.payload["untrusted_fields"] == [""]
-    assert untrusted_texts(e.payload["result"]) == ["evt_1", INJECTION] and e.payload["result"]["n"] == 2
+    assert e.payload["result"] == {"id": "evt_1", "items": [{"title": INJECTION}], "n": 2}
+    assert e.payload["untrusted_fields"] == ["/id", "/items/0/title"]  # no free-text rule here: every string
+    assert untrusted_texts(e.payload) == ["evt_1", INJECTION]
 
 
-def test_it_wraps_a_remote_error_text_named_by_a_pointer_into_the_error():
+def test_it_marks_a_remote_error_text_named_by_a_pointer_into_the_error():
     result = ToolResult(status="error", error={"code": "business_rejected", "message": "the tool answered HTTP 422",
                                                 "remote_message": INJECTION},
                         commit_status="not_committed", untrusted_text_pointers=("/remote_message",))
     e = encode(result)
     assert e.payload["error"]["message"] == "the tool answered HTTP 422"
-    assert untrusted_texts(e.payload["error"]) == [INJECTION] and e.payload["untrusted_fields"] == ["/remote_message"]
+    assert e.payload["error"]["remote_message"] == INJECTION
+    assert untrusted_texts(e.payload, "error") == [INJECTION] and e.payload["untrusted_fields"] == ["/remote_message"]
+    assert not any(INJECTION in s for s in unmarked_strings(e.payload, "error"))

@@ -145,7 +145,7 @@ def test_a_json_rpc_error_message_is_the_upstreams_untrusted_remote_message(lega
     assert out.untrusted_text_pointers == ("/remote_message",)
 
 
-def test_an_is_error_text_reaches_the_model_only_as_untrusted_data(governed):
+def test_an_is_error_text_reaches_the_model_only_as_marked_untrusted_data(governed):
     governed.notes.fault("notes.create", "error", message=INJECTION)
     inv = governed.settled(governed.propose("notes.create", {"title": "x", "body": "y"})["id"])
     assert inv["state"] == "FAILED_BEFORE_COMMIT" and inv["error"]["code"] == "business_rejected", inv
@@ -153,7 +153,7 @@ def test_an_is_error_text_reaches_the_model_only_as_untrusted_data(governed):
     payload = json.loads(message["content"])
     assert payload["error"]["message"] == "the tool reported an error"
     assert payload["untrusted_fields"] == ["/remote_message"]
-    assert INJECTION in payload["error"]["remote_message"]["untrusted_data"]["text"]
+    assert INJECTION in payload["error"]["remote_message"] and payload["untrusted_note"]
 
 
 # 4. One listing: one byte budget, no repeated cursor, a page limit that fails instead of truncating.

@@ -23,7 +23,6 @@ from tests.builders import allow_approving, make_staff
 from tests.integration.conftest import remote_key_of, wait_for
 from tests.mcp_server.conftest import mcp_client, mcp_server  # noqa: F401 - fixture used here
 from tests.mcp_server.test_mcp_tasks import DetailedTask, TaskHandle, TaskParams, Tasks, TasksGet
-from toolops.model_io.tool_messages import wrap_untrusted_inline
 
 from tests.upstream.conftest import NOTES_SECRET, dumps
 from tests.upstream.test_execution import governed  # noqa: F401 - fixture used here
@@ -75,17 +74,18 @@ def test_an_mcp_client_governs_the_upstream_with_a_person_approving_in_chromium(
             answers.append(_dump(created))
             found = await client.call_tool(names["notes.search"], {"query": "passport"})
             answers.append(_dump(found))
-            note_id = plain(created.structured_content["result"]["note"]["id"])
+            note_id = created.structured_content["result"]["note"]["id"]
             return await client.session.call_tool(names["notes.delete"], {"id": note_id}, allow_claimed=True)
 
     handle = _in_thread(create_then_delete)
     created, found = answers
-    # The upstream's text reaches the client marked as untrusted data (issue 13 item 5), inside a
-    # string as the tool's outputSchema types it; the note's id is not wrapped.
+    # The upstream's text reaches the client marked as untrusted data (issue 13 item 5) once per
+    # message (issue 34 item 4), in the tool's own shape; the note's id is not marked.
     title = created["structuredContent"]["result"]["note"]["title"]
-    assert created["isError"] is False and title == wrap_untrusted_inline("Renew passport")
-    assert created["structuredContent"]["untrusted_fields"] == [""]
-    assert [plain(n["title"]) for n in found["structuredContent"]["result"]["notes"]] == ["Renew passport"]
+    assert created["isError"] is False and title == "Renew passport"
+    assert "/note/title" in created["structuredContent"]["untrusted_fields"]
+    assert created["structuredContent"]["untrusted_note"]
+    assert [n["title"] for n in found["structuredContent"]["result"]["notes"]] == ["Renew passport"]
     # The destructive call waits for a person as a durable task; nothing was sent upstream yet.
     assert isinstance(handle, TaskHandle) and handle.status == "working"
     assert governed.notes.calls("notes.delete") == []
@@ -96,7 +96,7 @@ def test_an_mcp_client_governs_the_upstream_with_a_person_approving_in_chromium(
     page = login(approver)
     page.goto(live_server.url + "/console/confirmations/")
     row = page.locator(f"#confirmation-{confirmation.pk}")
-    expect(row.get_by_test_id("arguments")).to_contain_text(plain(created["structuredContent"]["result"]["note"]["id"]))
+    expect(row.get_by_test_id("arguments")).to_contain_text(created["structuredContent"]["result"]["note"]["id"])
     row.get_by_test_id("approve").click()
     expect(page.locator(".messagelist .success")).to_contain_text("is PREPARED")
 
@@ -116,7 +116,7 @@ def test_an_mcp_client_governs_the_upstream_with_a_person_approving_in_chromium(
     assert done.result == json.loads(bytes(recorded.message_bytes))  # the recorded message, as sent
     assert Invocation.objects.get(pk=handle.task_id).state == "OBSERVED"
     [deleted] = governed.notes.calls("notes.delete")
-    assert deleted["arguments"] == {"id": plain(created["structuredContent"]["result"]["note"]["id"])}
+    assert deleted["arguments"] == {"id": created["structuredContent"]["result"]["note"]["id"]}
     assert governed.notes.notes() == []
     _assert_no_credential_leaks(governed, mcp_server, answers + [done.result])
 
@@ -186,14 +186,3 @@ def _assert_no_credential_leaks(governed, mcp_server, client_answers: list[dict]
     assert NOTES_SECRET not in mcp_server.output()
     assert governed.token not in mcp_server.output() and governed.token not in governed.worker.output()
 
-
-def plain(value):
-    """The value inside ToolOps' untrusted-data wrapper (free text from outside is wrapped: as an
-    object, or inside a string where the tool's outputSchema types the value)."""
-    if isinstance(value, dict) and set(value) == {"untrusted_data"}:
-        return value["untrusted_data"]["text"]
-    if isinstance(value, str):
-        match = re.fullmatch(r'<untrusted_data source="tool_output">(.*)</untrusted_data>', value, re.S)
-        if match:
-            return match.group(1)
-    return value

@@ -12,8 +12,9 @@ Payload shapes — success and failure differ by schema, not only by wording::
     {"ok": false, "tool": "web.fetch@1", "invocation_id": "…", "error": {"code": …, "message": …},
      "commit_status": "unknown", "truncated": false}
 
-plus ``"redactions": N`` when anything was redacted and ``"untrusted_fields": [pointers]`` when
-strings were marked as outside text. The steps, in order:
+plus ``"redactions": N`` when anything was redacted and, when strings were marked as outside
+text, ``"untrusted_fields": [pointers]`` with ``"untrusted_note"`` — the one mark per message. The
+steps, in order:
 
 1. **Redaction first**, over the value, the error and the external resource id: every secret
    (the tools' credentials) in the forms ``secret_forms`` knows (docs/redaction.md: any case,
@@ -24,15 +25,17 @@ strings were marked as outside text. The steps, in order:
    string ``[REDACTED]``. Should a secret still show up in the final bytes (split across JSON
    structure in a way the redaction does not join), encoding refuses with SecretLeakError
    rather than return it.
-2. **Untrusted text**: each string at (or under) one of ``untrusted_text_pointers`` — RFC 6901
-   pointers into the value — becomes ``{"untrusted_data": {"source": "tool_output", "text": …,
-   "note": …}}``, so text from web pages and the like reaches the model as quoted data and
-   never in a position where it reads as instructions. Pointers that match nothing are left
-   out of ``untrusted_fields``. Object *keys* under such a pointer are not wrapped. Identifiers,
-   enum members and formatted values pass as they are (``free_text``: by the result's output
-   schema and the value's shape, ``toolops.model_io.free_text``); with an output schema, free text
-   is wrapped in a string (``<untrusted_data source="tool_output">…</untrusted_data>``) so the
-   value keeps the schema's types.
+2. **Untrusted text**, marked once per message: the value keeps the tool's own JSON shape and
+   types, and ``untrusted_fields`` names — as RFC 6901 pointers into the value (or into the
+   error) — the strings at (or under) one of ``untrusted_text_pointers`` that are free text,
+   beside ``untrusted_note`` saying they are data, not instructions. Identifiers, enum members
+   and formatted values pass unmarked (``free_text``: by the result's output schema and the
+   value's shape, ``toolops.model_io.free_text``). When more than ``MAX_UNTRUSTED_FIELDS`` strings
+   are marked, the configured pointers they fall under are named instead, so the mark stays
+   small. The boundary is the JSON string itself, which no text can close; every "<" in a
+   marked string that starts something read as an ``untrusted_data`` tag becomes ``&lt;``
+   (``escape_boundary``), so outside text cannot fake the tag-form marks that readers of older
+   messages, and some agent frameworks, use. Object *keys* are never marked.
 3. **Size**: when the whole payload would exceed ``max_bytes``, ``result`` becomes
    ``{"preview": <longest UTF-8-safe prefix of the serialized value that keeps the payload
    within max_bytes>, "total_bytes": N, "next_cursor": …}`` and ``truncated`` is true. The
@@ -67,6 +70,9 @@ UNTRUSTED_EXTERNAL, UNTRUSTED_NONE = "external", "none"
 # Image types every rendering with an image block accepts (Anthropic's list; MCP takes any image/*).
 IMAGE_BLOCK_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 IMAGE_BLOCK_MAX_BYTES = 1 << 20  # larger images stay a reference only
+# Past this many marked strings the message names the configured pointers instead of each string,
+# so a list of a thousand titles does not carry a thousand pointers.
+MAX_UNTRUSTED_FIELDS = 16
 
 # A successful result must have an effect that exists (write) or needs none (read); an unknown
 # one cannot claim either committed or not committed.
@@ -254,7 +260,7 @@ class ResultPolicy:
 class EncodedResult:
     payload: dict  # the JSON object the model sees as tool content
     payload_bytes: bytes  # canonical_bytes(payload)
-    full_bytes: bytes  # the whole serialized value (redacted, untrusted text wrapped), for paging
+    full_bytes: bytes  # the whole serialized value (redacted, boundary tags escaped), for paging
     truncated: bool
     total_bytes: int  # len(full_bytes)
     image: InlineImage | None = None
@@ -304,10 +310,6 @@ class _Redactor:
         return n
 
 
-def _wrap_untrusted(text: str) -> dict:
-    return {"untrusted_data": {"source": UNTRUSTED_SOURCE, "text": text, "note": UNTRUSTED_NOTE}}
-
-
 # The characters NFKC folds to "<", and the tag's name as read once folded and with blanks
 # removed (``text_fold``): "_", "-" or nothing between its words.
 _LESS_THAN = re.compile("[<\ufe64\uff1c]")
@@ -334,39 +336,38 @@ def _reads_as_boundary_tag(text: str, start: int) -> bool:
     return _BOUNDARY_NAME.match(name) is not None
 
 
-def wrap_untrusted_inline(text: str) -> str:
-    """The string form of the wrapper, for a result that must keep its ``outputSchema``'s types:
-    ``<untrusted_data source="tool_output">…</untrusted_data>``. Every "<" in the text that
-    starts something a reader takes for the wrapper's tag — in any case, with spaces or
-    invisible characters inside, fullwidth, ``<\\/`` — becomes ``&lt;``, so the text can neither
-    close the wrapper early nor open a fake one."""
+def escape_boundary(text: str) -> str:
+    """``text`` with every "<" that starts something a reader takes for an ``untrusted_data``
+    tag — in any case, with spaces or invisible characters inside, fullwidth, ``<\\/`` — turned
+    into ``&lt;``, so outside text can neither close a tag-form mark nor open a fake one."""
     pieces, kept = [], 0
     for m in _LESS_THAN.finditer(text):
         if _reads_as_boundary_tag(text, m.start()):
             pieces += [text[kept:m.start()], "&lt;"]
             kept = m.end()
-    escaped = "".join(pieces) + text[kept:]
-    return f'<untrusted_data source="{UNTRUSTED_SOURCE}">{escaped}</untrusted_data>'
+    return "".join(pieces) + text[kept:]
 
 
-def _transform(value: Any, redactor: _Redactor, pointers: tuple[tuple[str, ...], ...], matched: set,
-               free_text=None, inline: bool = False) -> Any:
-    """Redact every string and number and wrap untrusted strings, in one walk.
+def _transform(value: Any, redactor: _Redactor, pointers: tuple[tuple[str, ...], ...], matched: dict,
+               free_text=None) -> Any:
+    """Redact every string and number and find the untrusted strings, in one walk.
 
     Pointers are resolved against the *original* keys, so redacting a key cannot make a
     pointer miss (or hit something else). ``free_text(path, text)`` (when given) says whether an
-    untrusted string is prose to wrap or an identifier that passes as it is; ``inline`` wraps in
-    the string form (``wrap_untrusted_inline``).
+    untrusted string is prose to mark or an identifier that passes as it is. ``matched`` gets
+    each marked string's path *as shown* — through the redacted keys, so a pointer never spells
+    a secret a key held — mapped to the configured pointer it falls under.
     """
 
-    def walk(node: Any, path: tuple[str, ...], under: tuple[str, ...] | None, redacted: str | None = None) -> Any:
+    def walk(node: Any, path: tuple[str, ...], under: tuple[str, ...] | None, redacted: str | None = None,
+             shown: tuple[str, ...] = ()) -> Any:
         if under is None:  # not yet below a pointer: does this node start one?
             under = next((p for p in pointers if p == path), None)
         if isinstance(node, str):
             text = redactor.text(node) if redacted is None else redacted
             if under is not None and (free_text is None or free_text(path, node)):
-                matched.update(p for p in pointers if path[: len(p)] == p)  # "/a" and "/a/b" alike
-                return wrap_untrusted_inline(text) if inline else _wrap_untrusted(text)
+                matched[shown] = under
+                return escape_boundary(text)
             return text
         if isinstance(node, bool) or node is None:
             return node
@@ -374,7 +375,7 @@ def _transform(value: Any, redactor: _Redactor, pointers: tuple[tuple[str, ...],
             return redactor.number(node)
         if isinstance(node, (list, tuple)):
             strings = _redacted_items(redactor, node)
-            return [walk(item, path + (str(i),), under, strings.get(i)) for i, item in enumerate(node)]
+            return [walk(item, path + (str(i),), under, strings.get(i), shown + (str(i),)) for i, item in enumerate(node)]
         if isinstance(node, dict):
             keys = sorted(node, key=_key_order)
             for key in keys:
@@ -388,11 +389,18 @@ def _transform(value: Any, redactor: _Redactor, pointers: tuple[tuple[str, ...],
                 while candidate in out:  # two keys redacted to one: keep both values
                     suffix += 1
                     candidate = f"{new_key}#{suffix}"
-                out[candidate] = walk(node[key], path + (key,), under, values.get(key))
+                out[candidate] = walk(node[key], path + (key,), under, values.get(key), shown + (candidate,))
             return out
         raise ValueError(f"not a JSON value: {type(node).__name__}")
 
     return walk(value, (), None)
+
+
+def _marked_fields(matched: dict) -> list[str]:
+    """The pointers ``untrusted_fields`` names: each marked string, or past
+    ``MAX_UNTRUSTED_FIELDS`` of them, the configured pointers they fall under."""
+    paths = matched if len(matched) <= MAX_UNTRUSTED_FIELDS else set(matched.values())
+    return sorted(_pointer_text(p) for p in paths)
 
 
 def _redacted_items(redactor: _Redactor, items: Sequence[Any]) -> dict[int, str]:
@@ -515,15 +523,13 @@ class _Builder:
 
 
 def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: str, tool_ref: str,
-                  edited_by_approver: dict | None = None, free_text=None, output_schema: dict | None = None) -> EncodedResult:
+                  edited_by_approver: dict | None = None, free_text=None) -> EncodedResult:
     """The model-facing payload for one result; see the module docstring for the steps.
 
     ``edited_by_approver`` (``{"message", "arguments", "reason"}``) tells the model that a person
     changed the arguments before approving, and what they are now; it is redacted like the rest.
     ``free_text(path, text)`` (``toolops.model_io.free_text.FreeTextRule``) keeps identifiers,
-    enum members and formatted values out of the untrusted wrapping; with an ``output_schema``
-    the value's free text is wrapped in the string form, so the result keeps the schema's types
-    (``untrusted_note`` then carries the note).
+    enum members and formatted values out of the untrusted mark.
     """
     if not isinstance(result, ToolResult):
         raise TypeError("result must be a ToolResult")
@@ -533,12 +539,11 @@ def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: st
         "commit_status": result.commit_status,
     }
     pointers = tuple(parse_pointer(p) for p in result.untrusted_text_pointers)
-    matched: set[tuple[str, ...]] = set()
+    matched: dict[tuple[str, ...], tuple[str, ...]] = {}
     if edited_by_approver is not None:
-        header["edited_by_approver"] = _transform(edited_by_approver, redactor, (), set())
-    inline = isinstance(output_schema, dict)
+        header["edited_by_approver"] = _transform(edited_by_approver, redactor, (), {})
     if result.status == "ok":
-        value = _transform(result.value, redactor, pointers, matched, free_text, inline)
+        value = _transform(result.value, redactor, pointers, matched, free_text)
         header["external_resource_id"] = (
             None if result.external_resource_id is None else redactor.text(result.external_resource_id)
         )
@@ -547,9 +552,8 @@ def encode_result(result: ToolResult, *, policy: ResultPolicy, invocation_id: st
         value = _transform(result.error, redactor, pointers, matched)
         header["error"] = value
     if matched:
-        header["untrusted_fields"] = sorted(_pointer_text(p) for p in matched)
-        if inline and result.status == "ok":
-            header["untrusted_note"] = UNTRUSTED_NOTE
+        header["untrusted_fields"] = _marked_fields(matched)
+        header["untrusted_note"] = UNTRUSTED_NOTE
     if redactor.count:
         header["redactions"] = redactor.count
 
@@ -629,4 +633,4 @@ def render(fmt: str, encoded: EncodedResult, *, tool_call_id: str, is_error: boo
 def redact(value: Any, *, policy: ResultPolicy) -> Any:
     """``value`` with every secret and pattern match replaced — for records outside tool
     messages (attempt outcomes, events, error texts) that must not keep credentials either."""
-    return _transform(value, _Redactor(policy), (), set())
+    return _transform(value, _Redactor(policy), (), {})
